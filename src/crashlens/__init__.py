@@ -1,0 +1,8 @@
+"""crashlens: find the root cause of a crashed distributed training job from its logs."""
+
+__version__ = "0.1.0"
+
+from crashlens.api import analyze  # noqa: E402
+from crashlens.report import Report  # noqa: E402
+
+__all__ = ["Report", "__version__", "analyze"]

@@ -1,0 +1,125 @@
+"""The analyzer as a library: ``analyze(paths) -> Report`` chains every stage once."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from crashlens import __version__
+from crashlens.align import align
+from crashlens.errors import NoInputError
+from crashlens.ingest.discover import Candidate, attribute, discover
+from crashlens.ingest.read import NotText, open_binary, iter_lines
+from crashlens.match import match
+from crashlens.model import InputFile
+from crashlens.parse import FileResult, LineMatcher, file_year, parse_error_file, parse_lines
+from crashlens.rank import rank
+from crashlens.report import Report
+from crashlens.rulebase import RuleSet, load_rules
+
+Progress = Callable[[str, int], None]
+
+
+def analyze(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    rules: RuleSet | Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    skew: dict[str, float] | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Diagnose the crashed job whose logs are under ``paths``.
+
+    Args:
+        paths: files and directories (walked recursively); ``"-"`` reads stdin.
+        rules: a loaded :class:`RuleSet`, or extra rule directories added to the bundled rules.
+        skew: seconds each host's clock runs ahead of the reference clock (``{"node-02": 2.5}``).
+        progress: called with each file's display path and size before it is read.
+
+    Returns:
+        The :class:`Report`; ``report.render("json")`` etc. produce the output formats.
+
+    Raises:
+        NoInputError: when not a single input file could be read.
+        RuleError: when a rule file is invalid.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    ruleset = rules if isinstance(rules, RuleSet) else load_rules([Path(p) for p in rules or []])
+    matcher = LineMatcher(ruleset)
+    tb_ids = itertools.count(1)
+    inputs: list[InputFile] = []
+    results: list[FileResult] = []
+    notes: list[str] = []
+    for cand in discover(paths):
+        result, record = _read_one(cand, ruleset, matcher, tb_ids, progress)
+        inputs.append(record)
+        if result is not None:
+            results.append(result)
+        elif record.skipped:
+            notes.append(f"skipped {record.path}: {record.skipped}")
+    if not results:
+        reasons = "; ".join(notes) if notes else "no files found"
+        raise NoInputError(f"nothing readable in the given paths ({reasons})")
+    timeline = align(results, skew)
+    matches = match(timeline.hits, ruleset)
+    causes, first = rank(matches, timeline)
+    notes.extend(f"detector {k} timed out and was skipped" for k in sorted(matcher.timeouts))
+    return Report(
+        causes=causes,
+        first_failure=first,
+        ranks=timeline.ranks,
+        inputs=inputs,
+        notes=notes,
+        timeline=timeline.frame,
+        rules_loaded=len(ruleset.rules),
+        tool_version=__version__,
+    )
+
+
+def _read_one(
+    cand: Candidate,
+    rules: RuleSet,
+    matcher: LineMatcher,
+    tb_ids: Iterable[int],
+    progress: Progress | None,
+) -> tuple[FileResult | None, InputFile]:
+    if cand.skipped:
+        return None, InputFile(cand.display, 0, "unknown", skipped=cand.skipped)
+    is_stdin = cand.display == "<stdin>"
+    size = 0 if is_stdin else _size(cand.path)
+    source = attribute(cand.display)
+    if progress is not None:
+        progress(cand.display, size)
+    counter: itertools.count[int] = tb_ids  # type: ignore[assignment]
+    try:
+        stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
+    except NotText as exc:
+        return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+    except OSError as exc:
+        return None, InputFile(cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror}")
+    try:
+        if source.kind == "errorfile":
+            try:
+                result = parse_error_file(source, stream, rules, matcher, tb_ids=counter)
+            except ValueError as exc:
+                return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+        else:
+            year = file_year(None if is_stdin else cand.path)
+            lines = iter_lines(stream, encoding)
+            result = parse_lines(source, lines, rules, matcher, year=year, tb_ids=counter)
+    except (OSError, EOFError, ValueError) as exc:
+        return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
+    finally:
+        if not is_stdin:
+            stream.close()
+    return result, InputFile(cand.display, size, source.kind, lines=result.lines)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,122 @@
+"""Command-line interface: wires typer commands to the library; no analysis happens here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import regex
+import typer
+
+from crashlens import __version__
+from crashlens.api import analyze as run_analysis
+from crashlens.errors import CrashlensError, ExitCode
+from crashlens.render import FORMATS
+
+app = typer.Typer(
+    name="crashlens",
+    help="Find the root cause of a crashed distributed training job from its logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_SKEW = regex.compile(r"^(?P<host>[^=]+)=(?P<sign>[+-]?)(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s)?$")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"crashlens {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
+    ] = False,
+) -> None:
+    """crashlens: ranked root-cause diagnosis for crashed training jobs."""
+
+
+def parse_skew(values: list[str]) -> dict[str, float]:
+    """Parse ``HOST=+2.5s`` overrides into seconds per host.
+
+    Raises:
+        typer.BadParameter: for a malformed value.
+    """
+    out: dict[str, float] = {}
+    for value in values:
+        m = _SKEW.match(value.strip())
+        if not m:
+            raise typer.BadParameter(f"expected HOST=+SECONDS[s|ms], got '{value}'")
+        seconds = float(m["num"]) / (1000.0 if m["unit"] == "ms" else 1.0)
+        out[m["host"]] = -seconds if m["sign"] == "-" else seconds
+    return out
+
+
+def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    typer.echo(f"crashlens: error: {message}", err=True)
+    raise typer.Exit(int(code))
+
+
+@app.command()
+def analyze(
+    paths: Annotated[
+        list[str], typer.Argument(help="Log files or directories (walked recursively); - is stdin.")
+    ],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"Output format: {', '.join(FORMATS)}.")
+    ] = "text",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to this file.")
+    ] = None,
+    rules: Annotated[
+        list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")
+    ] = None,
+    skew: Annotated[
+        list[str] | None,
+        typer.Option("--skew", help="Clock offset of a host, e.g. node-02=+2.5s (repeatable)."),
+    ] = None,
+    no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour.")] = False,
+    show_traceback: Annotated[
+        bool, typer.Option("--traceback", help="Show internal errors in full.")
+    ] = False,
+) -> None:
+    """Analyse the logs of a crashed job and print a ranked diagnosis.
+
+    Exit codes: 0 no failure found, 1 failure found, 2 usage or input error.
+    """
+    if fmt not in FORMATS:
+        _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    try:
+        report = run_analysis(paths, rules or [], skew=parse_skew(skew or []))
+    except CrashlensError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # the error policy lives here, not in the library
+        if show_traceback:
+            raise
+        _fail(f"internal error ({type(exc).__name__}: {exc}); rerun with --traceback and report it")
+    for note in report.notes:
+        typer.echo(f"crashlens: {note}", err=True)
+    to_tty = output is None and sys.stdout.isatty()
+    color = to_tty and not no_color and "NO_COLOR" not in os.environ
+    width = 100
+    if to_tty:
+        width = min(max(os.get_terminal_size().columns, 60), 160)
+    text = report.render(fmt, color=color, width=width)
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror}")
+    else:
+        sys.stdout.write(text)
+    raise typer.Exit(int(ExitCode.FAILURE_FOUND if report.failed else ExitCode.OK))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,37 @@
+"""Errors crashlens reports to users, and the process exit codes."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit status of ``crashlens analyze`` (documented in the README)."""
+
+    OK = 0  #: analysed, no failure found
+    FAILURE_FOUND = 1  #: analysed, at least one root cause (or failure) found
+    USAGE = 2  #: usage or input error: bad options, invalid rules, nothing readable
+
+
+class CrashlensError(Exception):
+    """A problem with the user's input or configuration, shown as one clean line."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.line = line
+
+    def __str__(self) -> str:
+        if self.path is None:
+            return self.message
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+class RuleError(CrashlensError):
+    """A rule file that cannot be loaded; names the file and the line."""
+
+
+class NoInputError(CrashlensError):
+    """Nothing readable was found in the given paths."""

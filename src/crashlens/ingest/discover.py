@@ -1,0 +1,138 @@
+"""Expand the user's paths into log files, and learn rank, host and kind from each path.
+
+Real jobs leave trees such as ``node-02/rank_3.log``, torchrun ``--log-dir`` trees
+(``<run_id>/attempt_0/3/stderr.log``), ``slurm-<job>_<task>.out`` or ``dmesg`` captures. The path
+is often the only place a rank or host is written, so it is read once, here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import regex
+
+from crashlens.model import Source, SourceKind
+
+_RANK_IN_NAME = regex.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(\d+)(?!\d)")
+_TORCHRUN_TREE = regex.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
+_SLURM_TASK = regex.compile(r"slurm-\d+_(\d+)\.(?:out|err|log)$")
+_HOST_DIR = regex.compile(r"(?i)^(?:node|host|worker|gpu|compute|nid)[\w\-]*?\d+[\w\-]*$")
+_HOST_IN_NAME = regex.compile(r"(?i)(?:^|[_\-.])((?:node|host|worker|nid)[\-_]?\d+)(?=$|[_\-.])")
+_KERNEL_NAME = regex.compile(r"(?i)(?:^|[_\-.])(dmesg|kern\.log|kernel|syslog|messages|journal)")
+_ERROR_JSON = regex.compile(r"(?i)error[\w\-]*\.json$")
+_SCHEDULER_NAME = regex.compile(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A path to read, or a note saying why it was not read."""
+
+    path: Path
+    display: str
+    skipped: str | None = None
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Candidate]:
+    """Yield every regular file under ``paths`` (directories walked recursively, sorted).
+
+    Symlinks are followed only when they point at a regular file inside an input tree;
+    FIFOs, sockets and devices are reported, never opened, so a read can never block.
+    """
+    for raw in paths:
+        root = Path(raw)
+        if str(raw) == "-":
+            yield Candidate(path=root, display="<stdin>")
+            continue
+        if not root.exists() and not root.is_symlink():
+            yield Candidate(path=root, display=str(raw), skipped="no such file or directory")
+            continue
+        if root.is_dir():
+            yield from _walk(root, str(raw))
+        else:
+            yield _check_file(root, str(raw))
+
+
+def _walk(root: Path, shown_root: str) -> Iterator[Candidate]:
+    real_root = root.resolve()
+    seen_dirs: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            dirnames[:] = []
+            continue
+        seen_dirs.add(key)
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            display = f"{shown_root.rstrip('/')}/{rel}"
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.exists():
+                    yield Candidate(path=path, display=display, skipped="broken symlink")
+                    continue
+                if real_root not in target.parents and target != real_root:
+                    yield Candidate(
+                        path=path, display=display, skipped="symlink points outside the input tree"
+                    )
+                    continue
+            yield _check_file(path, display)
+
+
+def _check_file(path: Path, display: str) -> Candidate:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return Candidate(path=path, display=display, skipped=f"cannot stat: {exc.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        return Candidate(path=path, display=display, skipped="not a regular file")
+    return Candidate(path=path, display=display)
+
+
+def attribute(display: str) -> Source:
+    """Read kind, rank, local rank and host from a file's path (its display form)."""
+    parts = display.replace("\\", "/").split("/")
+    name = parts[-1]
+    kind: SourceKind = "worker"
+    rank: int | None = None
+    local_rank: int | None = None
+    if _ERROR_JSON.search(name):
+        kind = "errorfile"
+    elif _KERNEL_NAME.search(name):
+        kind = "kernel"
+    elif _SCHEDULER_NAME.search(name):
+        kind = "scheduler"
+    tree = _TORCHRUN_TREE.search(display)
+    if tree:
+        local_rank = int(tree.group(1))
+    slurm = _SLURM_TASK.search(name)
+    if slurm:
+        rank = int(slurm.group(1))
+    if rank is None:
+        for part in reversed(parts):
+            found = _RANK_IN_NAME.search(part)
+            if found:
+                rank = int(found.group(1))
+                break
+    host = _host_from_parts(parts)
+    if rank is None and local_rank is not None and host is None:
+        # A single-node torchrun log tree: local rank and global rank coincide.
+        rank = local_rank
+    return Source(path=display, kind=kind, rank=rank, local_rank=local_rank, host=host)
+
+
+def _host_from_parts(parts: list[str]) -> str | None:
+    for part in reversed(parts[:-1]):
+        if _HOST_DIR.match(part):
+            return part
+    stem = parts[-1].rsplit(".", 1)[0]
+    found = _HOST_IN_NAME.search(stem)
+    return found.group(1) if found else None

@@ -1,0 +1,72 @@
+"""Run the rules' line detectors on a line, behind a one-pass literal prefilter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from crashlens.rulebase.schema import Detector, Rule, RuleSet
+
+#: Per-pattern regex time limit (seconds): a catastrophic user regex cannot hang a run.
+REGEX_TIMEOUT = 0.25
+
+
+class LineMatcher:
+    """All line-scope detectors of a rule set, indexed by their required literals."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.always: list[tuple[Rule, Detector]] = []
+        self.by_literal: dict[str, list[tuple[Rule, Detector]]] = {}
+        self.by_literal_ci: dict[str, list[tuple[Rule, Detector]]] = {}
+        for rule, det in rules.line_detectors():
+            if not det.literals:
+                self.always.append((rule, det))
+                continue
+            index = self.by_literal_ci if det.ignore_case else self.by_literal
+            for lit in det.literals:
+                key = lit.lower() if det.ignore_case else lit
+                index.setdefault(key, []).append((rule, det))
+        parts = [regex.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
+        parts += [
+            f"(?i:{regex.escape(lit)})" for lit in sorted(self.by_literal_ci, key=len, reverse=True)
+        ]
+        self.prefilter = regex.compile("|".join(parts)) if parts else None
+        self.timeouts: dict[str, int] = {}
+
+    def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:
+        """Every (rule, detector, match) for ``text`` from a source of ``kind``."""
+        candidates: list[tuple[Rule, Detector]] = list(self.always)
+        if self.prefilter is not None and self.prefilter.search(text) is not None:
+            seen: set[int] = set()
+            for lit, dets in self.by_literal.items():
+                if lit in text:
+                    candidates.extend(d for d in dets if id(d[1]) not in seen)
+                    seen.update(id(d[1]) for d in dets)
+            if self.by_literal_ci:
+                lowered = text.lower()
+                for lit, dets in self.by_literal_ci.items():
+                    if lit in lowered:
+                        candidates.extend(d for d in dets if id(d[1]) not in seen)
+                        seen.update(id(d[1]) for d in dets)
+        out = []
+        for rule, det in candidates:
+            if det.sources is not None and kind not in det.sources:
+                continue
+            found = search(det, text)
+            if found is not None:
+                out.append((rule, det, found))
+        return out
+
+    def record_timeout(self, rule: Rule, det: Detector) -> None:
+        """Count a detector that ran out of time (reported, then treated as no match)."""
+        key = f"{rule.id}.{det.name}"
+        self.timeouts[key] = self.timeouts.get(key, 0) + 1
+
+
+def search(det: Detector, text: str) -> Any:
+    """``det.pattern.search(text)`` bounded by :data:`REGEX_TIMEOUT`; None on timeout."""
+    try:
+        return det.pattern.search(text, timeout=REGEX_TIMEOUT)
+    except TimeoutError:
+        return None

@@ -1,0 +1,385 @@
+"""Parse one file: demultiplex ranks, assemble tracebacks, detect signals, keep per-rank stats.
+
+Memory is bounded per rank stream (a short ring of recent lines, one open traceback, capped
+evidence), never per line, so a log's size does not decide the analyzer's footprint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
+from crashlens.model import ChildFailure, Evidence, Hit, RankSummary, Source, Traceback
+from crashlens.parse.matcher import LineMatcher, search
+from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
+from crashlens.parse.torchrun import SummaryEntry, SummaryReader
+from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
+from crashlens.rulebase.schema import Detector, Rule, RuleSet
+
+RING = 32
+CONTEXT = 3
+MAX_HITS_PER_DETECTOR = 20
+MAX_EVIDENCE_TEXT = 600
+#: A traceback followed by this many more lines of the same rank was handled, not fatal.
+HANDLED_AFTER_LINES = 200
+LAST_LINES = 5
+
+_CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
+
+
+@dataclass(slots=True)
+class _PendingHit:
+    rule: Rule
+    det: Detector
+    fields: dict[str, str]
+    lineno: int
+    text: str
+    stamp: tuple[float | None, bool]
+    context: tuple[str, ...]
+    stream: _Stream
+    tb: PartialTraceback | None = None
+    rank_override: int | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One writer's lines inside a file (one rank, or the whole file if unprefixed)."""
+
+    source: Source
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    ring: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=RING))
+    assembler: TracebackAssembler = field(default_factory=TracebackAssembler)
+    summary: SummaryReader = field(default_factory=SummaryReader)
+    lines: int = 0
+    first_time: float | None = None
+    probe_first: int = 50
+    last_stamp: tuple[int, float] | None = None
+    tb_open_hits: list[_PendingHit] = field(default_factory=list)
+    tb_done: list[tuple[PartialTraceback, int, float | None, bool]] = field(default_factory=list)
+    pids: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class FileResult:
+    """What one file contributed: signals, tracebacks, launcher reports, per-rank stats."""
+
+    hits: list[Hit]
+    tracebacks: list[Traceback]
+    failures: list[ChildFailure]
+    ranks: list[RankSummary]
+    lines: int
+    hit_counts: dict[str, int]
+
+
+class FileParser:
+    """Feed a file's lines in order, then :meth:`close` to get its :class:`FileResult`."""
+
+    def __init__(
+        self,
+        source: Source,
+        rules: RuleSet,
+        matcher: LineMatcher,
+        *,
+        year: int,
+        style: PrefixStyle,
+        tb_ids: itertools.count[int],
+        time_override: float | None = None,
+    ) -> None:
+        self.source = source
+        self.rules = rules
+        self.matcher = matcher
+        self.exc_detectors = rules.exception_detectors()
+        self.year = year
+        self.style = style
+        self.tb_ids = tb_ids
+        self.time_override = time_override
+        self.streams: dict[tuple[Any, ...], _Stream] = {}
+        self.hits: list[_PendingHit] = []
+        self.hit_counts: dict[str, int] = {}
+        self.per_det: dict[tuple[str, str, int], int] = {}
+        self.mono_offset: float | None = None
+        self.year_known = False
+        self.lines = 0
+
+    # -- per line -----------------------------------------------------------------------
+    def feed(self, lineno: int, raw: str) -> None:
+        """Process one physical (or ``\\r``-split) line."""
+        self.lines += 1
+        text, prefix = strip(raw, self.style)
+        stream = self._stream(prefix.rank, prefix.local_rank, prefix.host)
+        if prefix.rank is not None and stream.rank is None:
+            stream.rank = prefix.rank
+        stream.lines += 1
+        if stream.first_time is None and stream.probe_first > 0:
+            stream.probe_first -= 1
+            stamp = self._stamp(text)
+            if stamp is not None:
+                stream.first_time = stamp
+                stream.last_stamp = (lineno, stamp)
+        if "ank" in text and stream.rank is None:
+            m = _CONTENT_RANK.search(text)
+            if m:
+                stream.rank = int(m["r"] or m["n"])
+        if self.source.kind == "kernel" and self.mono_offset is None:
+            self._learn_monotonic(text)
+        stream.summary.feed(lineno, text)
+        in_tb = stream.assembler.feed(lineno, text)
+        if stream.assembler.done:
+            self._complete_tracebacks(stream)
+        matches = self.matcher.match(text, self.source.kind)
+        if matches:
+            origin = nccl_origin(text)
+            if origin is not None and origin.pid is not None:
+                stream.pids.add(origin.pid)
+            for rule, det, found in matches:
+                self._add_hit(stream, rule, det, found, lineno, text, in_tb)
+        stream.ring.append((lineno, text))
+
+    def _stream(self, rank: int | None, local: int | None, host: str | None) -> _Stream:
+        key: tuple[Any, ...]
+        if local is not None:
+            key = ("L", local, host)
+        elif rank is not None:
+            key = ("R", rank, host)
+        else:
+            key = ("H", host)
+        stream = self.streams.get(key)
+        if stream is None:
+            src = self.source
+            stream = _Stream(
+                source=src,
+                rank=rank if rank is not None else (src.rank if local is None else None),
+                local_rank=local if local is not None else src.local_rank,
+                host=host or src.host,
+            )
+            self.streams[key] = stream
+        return stream
+
+    def _stamp(self, text: str) -> float | None:
+        if self.time_override is not None:
+            return self.time_override
+        stamp = parse_timestamp(text, self.year)
+        if stamp is None:
+            return None
+        if stamp.has_year and not stamp.monotonic and not self.year_known:
+            # Year-less formats elsewhere in this file take the year of its dated lines.
+            self.year = time.gmtime(stamp.value).tm_year
+            self.year_known = True
+        return self._wall(stamp)
+
+    def _wall(self, stamp: Stamp) -> float | None:
+        if stamp.monotonic:
+            return None if self.mono_offset is None else stamp.value + self.mono_offset
+        return stamp.value
+
+    def _learn_monotonic(self, text: str) -> None:
+        mono = monotonic_after_syslog(text)
+        if mono is None:
+            return
+        stamp = parse_timestamp(text, self.year)
+        if stamp is not None and not stamp.monotonic:
+            self.mono_offset = stamp.value - mono
+
+    def _time_of(self, stream: _Stream, lineno: int, text: str) -> tuple[float | None, bool]:
+        """The line's own time, else the nearest earlier time in its stream (inferred)."""
+        own = self._stamp(text)
+        if own is not None:
+            stream.last_stamp = (lineno, own)
+            return own, False
+        floor = stream.last_stamp[0] if stream.last_stamp else -1
+        for prev_no, prev in reversed(stream.ring):
+            if prev_no <= floor:
+                break
+            found = self._stamp(prev)
+            if found is not None:
+                stream.last_stamp = (prev_no, found)
+                return found, True
+        if stream.last_stamp is not None:
+            return stream.last_stamp[1], True
+        return None, True
+
+    # -- hits ---------------------------------------------------------------------------
+    def _add_hit(
+        self,
+        stream: _Stream,
+        rule: Rule,
+        det: Detector,
+        found: Any,
+        lineno: int,
+        text: str,
+        in_tb: bool,
+    ) -> None:
+        self.hit_counts[rule.id] = self.hit_counts.get(rule.id, 0) + 1
+        key = (rule.id, det.name, id(stream))
+        count = self.per_det.get(key, 0)
+        if count >= MAX_HITS_PER_DETECTOR:
+            return
+        self.per_det[key] = count + 1
+        fields = {k: v for k, v in found.groupdict().items() if v is not None}
+        pending = _PendingHit(
+            rule=rule,
+            det=det,
+            fields=fields,
+            lineno=lineno,
+            text=text[:MAX_EVIDENCE_TEXT],
+            stamp=self._time_of(stream, lineno, text),
+            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
+            stream=stream,
+            rank_override=stream.summary.current_rank,
+        )
+        if in_tb and stream.assembler.current is not None:
+            pending.tb = stream.assembler.current
+        self.hits.append(pending)
+
+    def _complete_tracebacks(self, stream: _Stream) -> None:
+        for tb in stream.assembler.done:
+            start_text = tb.text[0] if tb.text else ""
+            when, inferred = self._time_of(stream, tb.start_line, start_text)
+            stream.tb_done.append((tb, stream.lines, when, inferred))
+            self._exception_hits(stream, tb, when, inferred)
+        stream.assembler.done.clear()
+
+    def _exception_hits(
+        self, stream: _Stream, tb: PartialTraceback, when: float | None, inferred: bool
+    ) -> None:
+        for rule, det in self.exc_detectors:
+            if det.sources is not None and self.source.kind not in det.sources:
+                continue
+            targets: list[tuple[int, str]]
+            if det.scope == "traceback":
+                final = tb.exceptions[-1]
+                targets = [(final.lineno, "\n".join(tb.text))]
+            else:
+                # Newest first: the exception that escaped is the one that killed the process.
+                targets = [(e.lineno, f"{e.type}: {e.message}") for e in reversed(tb.exceptions)]
+            for lineno, target in targets:
+                found = search(det, target)
+                if found is None:
+                    continue
+                first_line = target.split("\n", 1)[0]
+                self.hit_counts[rule.id] = self.hit_counts.get(rule.id, 0) + 1
+                self.hits.append(
+                    _PendingHit(
+                        rule=rule,
+                        det=det,
+                        fields={k: v for k, v in found.groupdict().items() if v is not None},
+                        lineno=lineno,
+                        text=first_line[:MAX_EVIDENCE_TEXT],
+                        stamp=(when, inferred),
+                        context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
+                        stream=stream,
+                        tb=tb,
+                    )
+                )
+                break
+
+    # -- end of file --------------------------------------------------------------------
+    def close(self) -> FileResult:
+        """Finish every stream and freeze what was found."""
+        tracebacks: list[Traceback] = []
+        tb_ids: dict[int, tuple[int, bool]] = {}
+        failures: list[ChildFailure] = []
+        ranks: list[RankSummary] = []
+        for stream in self.streams.values():
+            stream.assembler.close()
+            self._complete_tracebacks(stream)
+            stream.summary.close()
+            for i, (tb, lines_at_end, when, inferred) in enumerate(stream.tb_done):
+                last = i == len(stream.tb_done) - 1
+                handled = stream.lines - lines_at_end > HANDLED_AFTER_LINES
+                fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
+                ident = next(self.tb_ids)
+                tb_ids[id(tb)] = (ident, fatal)
+                tracebacks.append(
+                    Traceback(
+                        id=ident,
+                        source=self.source,
+                        rank=stream.rank,
+                        host=stream.host,
+                        start_line=tb.start_line,
+                        exceptions=tuple(tb.exceptions),
+                        text="\n".join(tb.text),
+                        time=when,
+                        time_inferred=inferred,
+                        fatal=fatal,
+                    )
+                )
+            failures.extend(self._failure(stream, e) for e in stream.summary.done)
+            ranks.append(self._summary(stream))
+        hits = [self._freeze(h, tb_ids) for h in self.hits]
+        return FileResult(hits, tracebacks, failures, ranks, self.lines, self.hit_counts)
+
+    def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:
+        stream = hit.stream
+        rank = hit.rank_override if hit.rank_override is not None else stream.rank
+        if rank is None and "rank" in hit.fields and hit.fields["rank"].isdigit():
+            rank = int(hit.fields["rank"])
+        host = stream.host or hit.fields.get("host")
+        tb_id, fatal = tb_ids.get(id(hit.tb), (None, None)) if hit.tb is not None else (None, None)
+        when, inferred = hit.stamp
+        return Hit(
+            rule_id=hit.rule.id,
+            detector=hit.det.name,
+            evidence=Evidence(
+                file=self.source.path,
+                line=hit.lineno,
+                rank=rank,
+                host=host,
+                time=when,
+                time_inferred=inferred,
+                text=hit.text,
+                context=hit.context,
+            ),
+            fields=hit.fields,
+            traceback_id=tb_id,
+            fatal=fatal,
+        )
+
+    def _failure(self, stream: _Stream, entry: SummaryEntry) -> ChildFailure:
+        text = " ".join(f"{k}: {v}" for k, v in entry.fields.items() if k != "traceback")
+        return ChildFailure(
+            rank=entry.rank,
+            local_rank=entry.local_rank,
+            host=entry.fields.get("host"),
+            exitcode=entry.exitcode,
+            pid=entry.pid,
+            time=entry.time,
+            message="\n".join(entry.message)[:2000],
+            root_cause=entry.root_cause,
+            evidence=Evidence(
+                file=self.source.path,
+                line=entry.lineno,
+                rank=entry.rank,
+                host=entry.fields.get("host"),
+                time=entry.time,
+                time_inferred=False,
+                text=text[:MAX_EVIDENCE_TEXT],
+            ),
+        )
+
+    def _summary(self, stream: _Stream) -> RankSummary:
+        last_time = None
+        for _, text in reversed(stream.ring):
+            last_time = self._stamp(text)
+            if last_time is not None:
+                break
+        if last_time is None and stream.last_stamp is not None:
+            last_time = stream.last_stamp[1]
+        return RankSummary(
+            rank=stream.rank,
+            host=stream.host,
+            files={self.source.path},
+            lines=stream.lines,
+            first_time=stream.first_time,
+            last_time=last_time,
+            last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-LAST_LINES:]],
+            pids=set(stream.pids),
+        )

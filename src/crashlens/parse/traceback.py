@@ -1,0 +1,279 @@
+"""Assemble tracebacks line by line: Python (with chains), rich boxes, IPython, faulthandler.
+
+The assembler sees one rank's lines only (the caller demultiplexes first), keeps no more
+than one traceback in memory, and never looks ahead: it is fed a line and says whether the
+line belonged to the traceback. A line it does not take is an ordinary log line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import regex
+
+from crashlens.model import ExceptionInfo, Frame
+
+TB_HEADER = "Traceback (most recent call last):"
+_CHAIN_MARKERS = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_FAULT_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)')
+_RICH_FRAME = regex.compile(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
+_IPY_HEADER = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
+_IPY_FRAME = regex.compile(r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?|Cell In\[\d+\], line (?P<cline>\d+))")
+_EXC_LINE = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::[ ]?(?P<msg>.*))?")
+_RECORD_START = regex.compile(
+    r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
+)
+_LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/usr/lib/")
+MAX_TB_LINES = 2000
+MAX_TEXT_LINES = 400
+MAX_MESSAGE_LINES = 60
+
+
+def is_user_code(path: str) -> bool:
+    """Whether a frame's file is the user's code rather than Python's or a library's."""
+    return not any(marker in path for marker in _LIB_MARKERS)
+
+
+def looks_like_record(text: str) -> bool:
+    """Whether ``text`` starts a new log record (it carries a timestamp), ending any message."""
+    return _RECORD_START.match(text) is not None
+
+
+@dataclass(slots=True)
+class PartialTraceback:
+    """A traceback being assembled; becomes a model Traceback when complete."""
+
+    start_line: int
+    exceptions: list[ExceptionInfo] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    line_count: int = 0
+    exc_type: str | None = None
+    exc_message: list[str] = field(default_factory=list)
+    exc_line: int = 0
+    last_line: int = 0
+
+    def add_text(self, text: str) -> None:
+        self.line_count += 1
+        if len(self.text) < MAX_TEXT_LINES:
+            self.text.append(text)
+
+    def begin_exception(self, lineno: int, text: str) -> None:
+        m = _EXC_LINE.fullmatch(text)
+        if m and (m["msg"] is not None or "." in m["type"] or _exception_word(m["type"])):
+            self.exc_type = m["type"]
+            self.exc_message = [m["msg"] or ""]
+        else:
+            self.exc_type = ""
+            self.exc_message = [text]
+        self.exc_line = lineno
+
+    def end_exception(self) -> None:
+        if self.exc_type is None:
+            return
+        message = "\n".join(self.exc_message).strip()
+        self.exceptions.append(
+            ExceptionInfo(self.exc_type, message, tuple(self.frames), self.exc_line)
+        )
+        self.frames = []
+        self.exc_type = None
+        self.exc_message = []
+
+
+def _exception_word(name: str) -> bool:
+    return name.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning")) or name in (
+        "KeyboardInterrupt",
+        "StopIteration",
+    )
+
+
+class TracebackAssembler:
+    """A state machine over one rank's lines; completed tracebacks pile up in ``done``."""
+
+    def __init__(self) -> None:
+        self.current: PartialTraceback | None = None
+        self.state = "idle"
+        self.ipython_type = ""
+        self.blank_run = 0
+        self.done: list[PartialTraceback] = []
+
+    def feed(self, lineno: int, text: str) -> bool:
+        """Offer a line; returns True when the line belongs to a traceback."""
+        if self.current is None:
+            return self._maybe_start(lineno, text)
+        tb = self.current
+        if tb.line_count >= MAX_TB_LINES:
+            self._finish()
+            return self._maybe_start(lineno, text)
+        handler = getattr(self, f"_on_{self.state}")
+        taken: bool = handler(lineno, text)
+        if taken:
+            tb.add_text(text)
+            tb.last_line = lineno
+            return True
+        self._finish()
+        return self._maybe_start(lineno, text)
+
+    def close(self) -> None:
+        """End of the stream: complete whatever is open."""
+        if self.current is not None:
+            self._finish()
+
+    # -- starting -----------------------------------------------------------------------
+    def _maybe_start(self, lineno: int, text: str) -> bool:
+        stripped = text.lstrip()
+        if stripped.startswith(TB_HEADER) and len(text) - len(stripped) <= 1:
+            self._start(lineno, text, "frames")
+            return True
+        if text.startswith("╭") and "Traceback" in text:
+            self._start(lineno, text, "rich")
+            return True
+        if text.startswith("Fatal Python error: "):
+            self._start(lineno, text, "fault")
+            assert self.current is not None
+            self.current.exc_type = "Fatal Python error"
+            self.current.exc_message = [text[len("Fatal Python error: ") :]]
+            self.current.exc_line = lineno
+            return True
+        if "Traceback (most recent call last)" in text:
+            m = _IPY_HEADER.match(text)
+            if m:
+                self._start(lineno, text, "ipython")
+                self.ipython_type = m["type"]
+                return True
+        return False
+
+    def _start(self, lineno: int, text: str, state: str) -> None:
+        self.current = PartialTraceback(start_line=lineno, last_line=lineno)
+        self.current.add_text(text)
+        self.state = state
+        self.blank_run = 0
+
+    def _finish(self) -> None:
+        tb = self.current
+        assert tb is not None
+        tb.end_exception()
+        if tb.exceptions:
+            self.done.append(tb)
+        self.current = None
+        self.state = "idle"
+
+    # -- states --------------------------------------------------------------------------
+    def _on_frames(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        m = _FRAME.match(text)
+        if m:
+            path = m["file"]
+            func = (m["func"] or "").strip()
+            tb.frames.append(Frame(path, int(m["line"]), func, is_user_code(path)))
+            return True
+        if not text.strip() or text[0].isspace():
+            return True
+        if looks_like_record(text):
+            return False
+        tb.begin_exception(lineno, text)
+        self.state = "message"
+        return True
+
+    def _on_message(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        if not text.strip():
+            self.state = "after_blank"
+            self.blank_run = 1
+            return True
+        if text.startswith("Original Traceback (most recent call last):"):
+            tb.exc_message.append(text)
+            self.state = "embedded"
+            return True
+        if text.startswith(TB_HEADER) or looks_like_record(text):
+            return False
+        if len(tb.exc_message) >= MAX_MESSAGE_LINES:
+            return False
+        tb.exc_message.append(text)
+        return True
+
+    def _on_embedded(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        if not text.strip() or text[0].isspace():
+            if len(tb.exc_message) < MAX_MESSAGE_LINES:
+                tb.exc_message.append(text)
+            return True
+        if looks_like_record(text):
+            return False
+        tb.exc_message.append(text)
+        self.state = "message"
+        return True
+
+    def _on_after_blank(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        stripped = text.strip()
+        if not stripped:
+            self.blank_run += 1
+            return self.blank_run <= 2
+        if stripped in _CHAIN_MARKERS:
+            tb.end_exception()
+            self.state = "chain"
+            return True
+        return False
+
+    def _on_chain(self, lineno: int, text: str) -> bool:
+        stripped = text.strip()
+        if not stripped:
+            return True
+        if stripped.startswith(TB_HEADER):
+            self.state = "frames"
+            return True
+        return False
+
+    def _on_rich(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        if text.startswith("│"):
+            m = _RICH_FRAME.match(text)
+            if m:
+                tb.frames.append(
+                    Frame(m["file"], int(m["line"]), m["func"], is_user_code(m["file"]))
+                )
+            return True
+        if text.startswith("╰"):
+            self.state = "frames"
+            return True
+        return False
+
+    def _on_ipython(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        if text.startswith(self.ipython_type) and text[len(self.ipython_type) :][:1] in (":", ""):
+            tb.begin_exception(lineno, text)
+            self.state = "message"
+            return True
+        m = _IPY_FRAME.match(text)
+        if m:
+            path = m["file"] or "<ipython-cell>"
+            line = int(m["line"] or m["cline"])
+            tb.frames.append(Frame(path, line, m["func"] or "<cell>", is_user_code(path)))
+        return tb.line_count < MAX_TB_LINES
+
+    def _on_fault(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        stripped = text.strip()
+        if not stripped:
+            return True
+        if stripped.startswith(("Thread 0x", "Current thread 0x", "Extension modules:", "<")):
+            return True
+        m = _FAULT_FRAME.match(text)
+        if m:
+            path = m["file"]
+            tb.frames.append(Frame(path, int(m["line"]), m["func"].strip(), is_user_code(path)))
+            return True
+        return False

@@ -1,0 +1,262 @@
+"""Rank stage: tell causes from symptoms, find the first failing rank, score each cause.
+
+Scoring (documented in docs/ranking.md) multiplies the rule's severity weight by how fatal
+its evidence was (escaped exception > plain line > handled traceback) and by whether it is
+where the job failed first, then adds a small bonus for each symptom it explains. Symptom
+rules never outrank a cause; a cause whose symptoms-list names another matched cause (an OOM
+kill explaining "DataLoader worker killed") absorbs it.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass, field
+from typing import Literal
+
+from crashlens.align import Timeline
+from crashlens.match import Match
+from crashlens.model import Evidence, Hit
+
+#: A symptom may be logged slightly before its cause when clocks or inferred times differ.
+CAUSALITY_SLACK_S = 5.0
+#: Evidence time within this of the first failure counts as "at the first failure".
+FIRST_FAILURE_SLACK_S = 2.0
+MAX_EVIDENCE = 12
+HANDLED_FACTOR = 0.35
+NEUTRAL_FACTOR = 0.85
+LATER_FACTOR = 0.75
+FALLBACK_FACTOR = 0.6
+SYMPTOM_FACTOR = 0.5
+EXPLAIN_BONUS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A symptom (or secondary cause) attributed to a cause."""
+
+    rule_id: str
+    cls: str
+    title: str
+    ranks: tuple[int, ...]
+    count: int
+    first_seen: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFailure:
+    """Where the failure began: the earliest fatal event of the job."""
+
+    rank: int | None
+    host: str | None
+    time: float | None
+    file: str
+    line: int
+    text: str
+    kind: Literal["crash", "hang", "unknown"] = "crash"
+    rule_id: str | None = None
+
+
+@dataclass(slots=True)
+class Cause:
+    """A ranked finding: a root cause, or an unexplained symptom when no cause is visible."""
+
+    match: Match
+    kind: Literal["cause", "symptom"]
+    confidence: float = 0.0
+    explains: list[Explained] = field(default_factory=list)
+
+    @property
+    def rule_id(self) -> str:
+        """The rule that matched."""
+        return self.match.rule.id
+
+    @property
+    def first_seen(self) -> float | None:
+        """Earliest evidence time."""
+        return self.match.first_time
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        """Evidence to show: the fatal hits first, then the earliest, capped."""
+        hits = sorted(self.match.hits, key=_evidence_order)
+        seen: set[tuple[str, int]] = set()
+        out = []
+        for h in hits:
+            key = (h.evidence.file, h.evidence.line)
+            if key not in seen:
+                seen.add(key)
+                out.append(h.evidence)
+        return sorted(out[:MAX_EVIDENCE], key=_time_order)
+
+    @property
+    def remediation(self) -> str:
+        """The rule's remediation with ``{field}`` placeholders filled from the evidence."""
+        values = dict(self.match.fields)
+        ranks = self.match.ranks
+        if ranks:
+            values.setdefault("rank", str(ranks[0]))
+        hosts = self.match.hosts
+        if hosts:
+            values.setdefault("host", hosts[0])
+        return fill(self.match.rule.remediation, values)
+
+
+def _evidence_order(h: Hit) -> tuple[int, float]:
+    fatal_rank = 0 if h.fatal else (1 if h.fatal is None else 2)
+    t = h.evidence.time
+    return (fatal_rank, t if t is not None else math.inf)
+
+
+def _time_order(ev: Evidence) -> tuple[float, str, int]:
+    return (ev.time if ev.time is not None else math.inf, ev.file, ev.line)
+
+
+class _Defaulting(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "(unknown)"
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    """``str.format_map`` that leaves unknown or malformed placeholders as written."""
+    try:
+        return string.Formatter().vformat(template, (), _Defaulting(values))
+    except (ValueError, IndexError, AttributeError):
+        return template
+
+
+def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFailure | None]:
+    """Order matches into causes (best first) and find the first failure."""
+    first = first_failure(matches, timeline)
+    causes = [Cause(m, "cause") for m in matches if m.rule.kind == "cause"]
+    symptoms = [Cause(m, "symptom") for m in matches if m.rule.kind == "symptom"]
+    causes.sort(key=lambda c: _time_key(c.first_seen))
+    absorbed: set[str] = set()
+    for cause in causes:
+        if cause.rule_id in absorbed:
+            continue
+        for other in [*causes, *symptoms]:
+            if other is cause or other.rule_id in absorbed:
+                continue
+            if _explains(cause, other):
+                cause.explains.append(_explained(other.match))
+                absorbed.add(other.rule_id)
+    kept = [c for c in causes if c.rule_id not in absorbed]
+    # A handled exception that was logged and retried is not the crash.
+    if any(not _handled_only(c.match) for c in kept):
+        kept = [c for c in kept if not _handled_only(c.match)]
+    loose = [s for s in symptoms if s.rule_id not in absorbed]
+    for c in kept:
+        c.confidence = _score(c, first)
+    for s in loose:
+        s.confidence = round(_score(s, first) * (SYMPTOM_FACTOR if kept else 1.0), 2)
+    kept.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
+    loose.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
+    if first is not None and kept and first.rule_id is None:
+        first = _with_rule(first, kept[0])
+    return kept + loose, first
+
+
+def _handled_only(m: Match) -> bool:
+    return all(h.fatal is False for h in m.hits)
+
+
+def _with_rule(first: FirstFailure, cause: Cause) -> FirstFailure:
+    return FirstFailure(
+        first.rank, first.host, first.time, first.file, first.line, first.text, first.kind,
+        cause.rule_id,
+    )  # fmt: skip
+
+
+def _time_key(t: float | None) -> float:
+    return t if t is not None else math.inf
+
+
+def _explains(cause: Cause, other: Cause) -> bool:
+    rule = cause.match.rule
+    if not rule.explains_target(other.rule_id, other.match.rule.cls):
+        return False
+    mine, theirs = cause.first_seen, other.first_seen
+    return mine is None or theirs is None or theirs >= mine - CAUSALITY_SLACK_S
+
+
+def _explained(m: Match) -> Explained:
+    return Explained(
+        rule_id=m.rule.id,
+        cls=m.rule.cls,
+        title=m.rule.title,
+        ranks=tuple(m.ranks),
+        count=len(m.hits),
+        first_seen=m.first_time,
+    )
+
+
+def _score(cause: Cause, first: FirstFailure | None) -> float:
+    m = cause.match
+    fatal_values = [h.fatal for h in m.hits]
+    if any(v is True for v in fatal_values):
+        fatal_factor = 1.0
+    elif fatal_values and all(v is False for v in fatal_values):
+        fatal_factor = HANDLED_FACTOR
+    else:
+        fatal_factor = NEUTRAL_FACTOR
+    at_first = first is None or _at_first_failure(m, first)
+    score = m.rule.weight * fatal_factor * (1.0 if at_first else LATER_FACTOR)
+    if m.rule.fallback:
+        score *= FALLBACK_FACTOR
+    score += min(2, len(cause.explains)) * EXPLAIN_BONUS
+    return round(min(1.0, score), 2)
+
+
+def _at_first_failure(m: Match, first: FirstFailure) -> bool:
+    for h in m.hits:
+        ev = h.evidence
+        if (ev.file, ev.line) == (first.file, first.line):
+            return True
+        if first.rank is not None and ev.rank == first.rank:
+            if ev.time is None or first.time is None:
+                return True
+            if ev.time <= first.time + FIRST_FAILURE_SLACK_S:
+                return True
+    return False
+
+
+def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | None:
+    """The earliest fatal event: a cause's evidence, else a fatal traceback, else a symptom.
+
+    Handled tracebacks never count. Launcher reports (``ChildFailedError``) are the last
+    resort: their "first observed failure" is only what one node's agent noticed first.
+    """
+    cause_hits = [
+        h for m in matches if m.rule.kind == "cause" for h in m.hits if h.fatal is not False
+    ]
+    pick = _earliest(h.evidence for h in cause_hits)
+    if pick is not None:
+        rule_id = next(h.rule_id for h in cause_hits if h.evidence is pick)
+        return _first(pick, "crash", rule_id)
+    fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal]
+    if fatal_tbs:
+        tb = fatal_tbs[0]
+        final = tb.final
+        text = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
+        return FirstFailure(tb.rank, tb.host, tb.time, tb.source.path, final.lineno, text, "crash")
+    symptom_hits = [h for m in matches for h in m.hits]
+    pick = _earliest(h.evidence for h in symptom_hits)
+    if pick is not None:
+        rule_id = next(h.rule_id for h in symptom_hits if h.evidence is pick)
+        return _first(pick, "unknown", rule_id)
+    roots = [f for f in timeline.failures if f.root_cause]
+    pick = _earliest(f.evidence for f in roots)
+    return _first(pick, "crash", None) if pick is not None else None
+
+
+def _earliest(evidence: object) -> Evidence | None:
+    items = list(evidence)  # type: ignore[call-overload]
+    if not items:
+        return None
+    ev: Evidence = min(items, key=_time_order)
+    return ev
+
+
+def _first(ev: Evidence, kind: Literal["crash", "hang", "unknown"], rule_id: str | None) -> FirstFailure:
+    return FirstFailure(ev.rank, ev.host, ev.time, ev.file, ev.line, ev.text, kind, rule_id)

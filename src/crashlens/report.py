@@ -1,0 +1,167 @@
+"""The result of an analysis: ranked causes, first failure, ranks, inputs; renders to any format."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from crashlens.model import Evidence, InputFile, RankSummary
+from crashlens.rank import Cause, FirstFailure
+
+SCHEMA_VERSION = 1
+
+
+def iso(t: float | None) -> str | None:
+    """A POSIX time as ISO 8601 (UTC where the log gave a zone, else the clock as printed)."""
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None).isoformat(
+        timespec="milliseconds"
+    )
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything ``crashlens analyze`` found; ``render(fmt)`` produces each output format."""
+
+    causes: list[Cause]
+    first_failure: FirstFailure | None
+    ranks: list[RankSummary]
+    inputs: list[InputFile]
+    notes: list[str]
+    timeline: pd.DataFrame = field(repr=False)
+    rules_loaded: int = 0
+    tool_version: str = ""
+
+    @property
+    def primary(self) -> Cause | None:
+        """The top-ranked cause, if any."""
+        return self.causes[0] if self.causes else None
+
+    @property
+    def failed(self) -> bool:
+        """Whether any failure (cause or unexplained symptom) was found."""
+        return bool(self.causes)
+
+    @property
+    def verdict(self) -> str:
+        """One sentence for humans and chat messages."""
+        top = self.primary
+        if top is None:
+            return "No failure found."
+        rule = top.match.rule
+        where = ""
+        ff = self.first_failure
+        if ff is not None and ff.rank is not None:
+            host = f" on {ff.host}" if ff.host else ""
+            where = f" — rank {ff.rank}{host} failed first"
+        elif top.match.ranks:
+            where = f" — rank {top.match.ranks[0]}"
+        symptoms = sum(e.count for e in top.explains)
+        tail = f"; {symptoms} downstream symptom(s) explained" if symptoms else ""
+        return f"{rule.title} ({rule.cls}){where}{tail}."
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (docs/json.md); keys are stable across minor versions."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "crashlens", "version": self.tool_version},
+            "verdict": self.verdict,
+            "causes": [_cause(c) for c in self.causes],
+            "first_failure": _first(self.first_failure),
+            "ranks": [_rank(r) for r in self.ranks],
+            "inputs": {
+                "files": [
+                    {"path": f.path, "bytes": f.bytes, "kind": f.kind, "lines": f.lines}
+                    for f in self.inputs
+                    if f.skipped is None
+                ],
+                "skipped": [
+                    {"path": f.path, "reason": f.skipped} for f in self.inputs if f.skipped
+                ],
+                "total_bytes": sum(f.bytes for f in self.inputs if f.skipped is None),
+                "rules_loaded": self.rules_loaded,
+            },
+            "notes": list(self.notes),
+        }
+
+    def render(self, fmt: str = "text", **options: Any) -> str:
+        """Render to ``fmt`` (see :data:`crashlens.render.FORMATS`)."""
+        from crashlens.render import render
+
+        return render(self, fmt, **options)
+
+
+def evidence_dict(ev: Evidence) -> dict[str, Any]:
+    """One evidence line as JSON."""
+    return {
+        "file": ev.file,
+        "line": ev.line,
+        "rank": ev.rank,
+        "host": ev.host,
+        "time": iso(ev.time),
+        "time_inferred": ev.time_inferred,
+        "text": ev.text,
+    }
+
+
+def _cause(c: Cause) -> dict[str, Any]:
+    rule = c.match.rule
+    return {
+        "rule": rule.id,
+        "class": rule.cls,
+        "title": rule.title,
+        "kind": c.kind,
+        "confidence": c.confidence,
+        "severity": rule.severity,
+        "ranks": c.match.ranks,
+        "hosts": c.match.hosts,
+        "first_seen": iso(c.first_seen),
+        "evidence": [evidence_dict(e) for e in c.evidence],
+        "explains": [
+            {
+                "rule": e.rule_id,
+                "class": e.cls,
+                "title": e.title,
+                "ranks": list(e.ranks),
+                "count": e.count,
+                "first_seen": iso(e.first_seen),
+            }
+            for e in c.explains
+        ],
+        "remediation": c.remediation,
+        "references": list(rule.references),
+        "repro": rule.repro,
+    }
+
+
+def _first(ff: FirstFailure | None) -> dict[str, Any] | None:
+    if ff is None:
+        return None
+    return {
+        "rank": ff.rank,
+        "host": ff.host,
+        "time": iso(ff.time),
+        "file": ff.file,
+        "line": ff.line,
+        "kind": ff.kind,
+        "rule": ff.rule_id,
+        "text": ff.text,
+    }
+
+
+def _rank(r: RankSummary) -> dict[str, Any]:
+    return {
+        "rank": r.rank,
+        "host": r.host,
+        "files": sorted(r.files),
+        "lines": r.lines,
+        "first_time": iso(r.first_time),
+        "last_time": iso(r.last_time),
+        "exitcode": r.exitcode,
+        "pids": sorted(r.pids),
+        "last_lines": r.last_lines,
+    }

@@ -1,0 +1,396 @@
+"""Rerun the CPU repro scripts and rewrite ``fixtures/repro/<id>/`` from what they really print.
+
+Usage::
+
+    python -m crashlens.repro.capture [--only ID ...] [--out fixtures/repro] [--list]
+
+Each script in ``crashlens/repro/scripts/`` carries a header line in its docstring::
+
+    crashlens-repro: id=<id> class=<class> ranks=<n> gpu=no launcher=python|torchrun [k=v ...]
+
+Optional keys: ``master_port=occupied`` (launch torchrun on a port another socket holds),
+``tmpfs=<subdir>:<size>`` (mount a small tmpfs at ``<workdir>/<subdir>``), ``timeout=<s>``.
+The capture runs each script in a fresh temporary directory through :mod:`.sandbox`, checks
+that the log really shows the intended failure, then replaces the fixture directory with the
+logs (unedited, in the layout the tools wrote), a ``CAPTURE.md`` and an ``expected.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import importlib.metadata
+import json
+import platform
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .sandbox import (
+    CONSOLE_LOG,
+    TORCHRUN_LOG_DIR,
+    TRAIN_LOG,
+    RunResult,
+    SandboxUnavailable,
+    mounted_tmpfs,
+    occupied_port,
+    run_script,
+)
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+DEFAULT_OUT = Path("fixtures/repro")
+_HEADER_RE = re.compile(r"^crashlens-repro:\s*(?P<body>.+)$", re.MULTILINE)
+_DEFAULT_TIMEOUT_S = 90.0
+
+
+@dataclass(frozen=True)
+class ReproSpec:
+    """What a repro script's docstring header declares about it."""
+
+    id: str
+    cls: str
+    ranks: int
+    gpu: bool
+    launcher: str
+    script: Path
+    summary: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.options.get("timeout", _DEFAULT_TIMEOUT_S))
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The diagnosis a captured fixture must get, and how to check the capture shows it.
+
+    ``evidence`` must occur literally in the captured logs (in the root-cause line).
+    ``rank_marker`` must occur in the first failing rank's own ``stderr.log`` (torchrun only),
+    which is how the capture checks that ``first_failure_rank`` is really the rank that failed.
+    """
+
+    description: str
+    evidence: str
+    first_failure_rank: int | None = None
+    symptom_classes: tuple[str, ...] = ()
+    rank_marker: str | None = None
+    exit_code: int = 1
+
+
+EXPECTATIONS: dict[str, Expectation] = {
+    "dataloader_worker_killed": Expectation(
+        description="A DataLoader worker is SIGKILLed (as by the OOM killer); the main process "
+        "raises 'DataLoader worker (pid N) is killed by signal: Killed.'",
+        evidence="is killed by signal: Killed",
+    ),
+    "dataloader_worker_segfault": Expectation(
+        description="A DataLoader worker segfaults in native code; torch prints 'Unexpected "
+        "segmentation fault encountered in worker' and the main process raises 'killed by "
+        "signal: Segmentation fault'.",
+        evidence="is killed by signal: Segmentation fault",
+    ),
+    "host_oom": Expectation(
+        description="A process under a 3 GiB RLIMIT_AS allocates an 8 GiB CPU tensor; torch's "
+        "DefaultCPUAllocator cannot allocate memory.",
+        evidence="DefaultCPUAllocator: can't allocate memory",
+    ),
+    "datasets_map_worker_died": Expectation(
+        description="A Hugging Face datasets map(num_proc=2) worker is SIGKILLed; datasets "
+        "raises 'One of the subprocesses has abruptly died during map operation.'",
+        evidence="One of the subprocesses has abruptly died during map operation",
+    ),
+    "corrupt_jsonl": Expectation(
+        description="2-rank torchrun (gloo): a truncated JSONL line makes rank 1's DataLoader "
+        "worker raise JSONDecodeError; rank 0 then fails in gloo with 'Connection closed by "
+        "peer'.",
+        evidence="JSONDecodeError",
+        first_failure_rank=1,
+        symptom_classes=("nccl_error",),
+        rank_marker="Caught JSONDecodeError in DataLoader worker process 0.",
+    ),
+    "rank_exception_cascade": Expectation(
+        description="4-rank torchrun (gloo): rank 2 raises a ValueError in user code; ranks 0, 1 "
+        "and 3 then fail in allreduce with gloo 'Connection closed by peer'.",
+        evidence="ValueError: label index 11 out of range",
+        first_failure_rank=2,
+        symptom_classes=("nccl_error",),
+        rank_marker="ValueError: label index 11 out of range",
+    ),
+    "gloo_hang": Expectation(
+        description="3-rank torchrun (gloo, 8 s timeout): rank 1 stalls; ranks 0 and 2 time out "
+        "in allreduce ('Timed out waiting 8000ms ...'); torchrun's 'Root Cause' names a timed-out "
+        "rank, but the hung rank is 1 (the only one without a traceback).",
+        evidence="Timed out waiting",
+        first_failure_rank=1,
+        rank_marker="reading next shard",
+    ),
+    "port_in_use": Expectation(
+        description="torchrun is started with --master-port on a port another process already "
+        "listens on; the static rendezvous TCPStore fails with EADDRINUSE before any rank runs.",
+        evidence="address already in use",
+    ),
+    "user_code_error": Expectation(
+        description="Plain python training run: a handled ConnectionError is logged with "
+        "logger.exception (benign), then collate dies with an uncaught KeyError: 'input_ids'.",
+        evidence="KeyError: 'input_ids'",
+    ),
+    "disk_full": Expectation(
+        description="torch.save of a checkpoint into a full filesystem (1 MiB tmpfs) fails with "
+        "'OSError: [Errno 28] No space left on device'.",
+        evidence="No space left on device",
+    ),
+}
+
+
+def parse_header(script: Path) -> ReproSpec:
+    """Read the ``crashlens-repro:`` header from a script's module docstring."""
+    text = script.read_text(encoding="utf-8")
+    match = _HEADER_RE.search(text)
+    if match is None:
+        raise ValueError(f"{script}: no 'crashlens-repro:' header line")
+    fields: dict[str, str] = {}
+    for token in match.group("body").split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise ValueError(f"{script}: bad header token {token!r} (expected key=value)")
+        fields[key] = value
+    missing = {"id", "class", "ranks", "gpu", "launcher"} - fields.keys()
+    if missing:
+        raise ValueError(f"{script}: header lacks {sorted(missing)}")
+    summary = text.split('"""', 2)[1].strip().splitlines()[0] if '"""' in text else ""
+    core = ("id", "class", "ranks", "gpu", "launcher")
+    return ReproSpec(
+        id=fields["id"],
+        cls=fields["class"],
+        ranks=int(fields["ranks"]),
+        gpu=fields["gpu"] == "yes",
+        launcher=fields["launcher"],
+        script=script,
+        summary=summary,
+        options={k: v for k, v in fields.items() if k not in core},
+    )
+
+
+def discover(scripts_dir: Path = SCRIPTS_DIR) -> list[ReproSpec]:
+    """All repro scripts with a header, sorted by id."""
+    specs = [parse_header(p) for p in sorted(scripts_dir.glob("*.py")) if p.name != "__init__.py"]
+    return sorted(specs, key=lambda s: s.id)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _read_logs(result: RunResult) -> str:
+    return "\n".join(
+        (result.workdir / rel).read_text(encoding="utf-8", errors="replace") for rel in result.logs
+    )
+
+
+def check_capture(spec: ReproSpec, exp: Expectation, result: RunResult) -> list[str]:
+    """Return the reasons the capture does NOT show the intended failure (empty if it does)."""
+    problems: list[str] = []
+    if result.timed_out:
+        problems.append(f"timed out after {spec.timeout_s:.0f} s")
+    if result.exit_code != exp.exit_code:
+        problems.append(f"exit code {result.exit_code}, expected {exp.exit_code}")
+    if exp.evidence not in _read_logs(result):
+        problems.append(f"evidence {exp.evidence!r} not found in the logs")
+    if exp.rank_marker is not None and exp.first_failure_rank is not None:
+        rank_logs = sorted(
+            (result.workdir / TORCHRUN_LOG_DIR).glob(
+                f"*/attempt_0/{exp.first_failure_rank}/stderr.log"
+            )
+        )
+        if not rank_logs:
+            problems.append(f"no stderr.log for rank {exp.first_failure_rank}")
+        elif exp.rank_marker not in rank_logs[0].read_text(encoding="utf-8", errors="replace"):
+            problems.append(
+                f"{exp.rank_marker!r} not in rank {exp.first_failure_rank}'s stderr.log"
+            )
+    return problems
+
+
+def _yaml_str(value: str) -> str:
+    # A JSON string is a valid YAML double-quoted scalar.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_expected(spec: ReproSpec, exp: Expectation) -> str:
+    """``expected.yaml`` per docs/fixtures.md."""
+    rank = "null" if exp.first_failure_rank is None else str(exp.first_failure_rank)
+    symptoms = ", ".join(exp.symptom_classes)
+    return (
+        f"description: {_yaml_str(exp.description)}\n"
+        f"top_class: {spec.cls}\n"
+        f"first_failure_rank: {rank}\n"
+        f"evidence: {_yaml_str(exp.evidence)}\n"
+        f"symptom_classes: [{symptoms}]\n"
+        f"exit_code: 1\n"
+    )
+
+
+def render_capture_md(
+    spec: ReproSpec, result: RunResult, setup: list[str], files: list[str], when: str
+) -> str:
+    """``CAPTURE.md``: how, with what and when the logs were produced."""
+    env_keys = sorted(k for k in result.env if k not in ("PATH", "LANG", "LC_ALL", "TZ"))
+    env_lines = "\n".join(f"    {k}={result.env[k]}" for k in env_keys)
+    setup_lines = "\n".join(f"- {s}" for s in setup) or "- none"
+    file_lines = "\n".join(f"- `{f}`" for f in files)
+    sig = f" ({result.signal_name})" if result.signal_name else ""
+    rel_script = f"src/crashlens/repro/scripts/{spec.script.name}"
+    return f"""# Captured fixture `{spec.id}`
+
+{spec.summary}
+
+Captured from a real run on CPU by
+`python -m crashlens.repro.capture --only {spec.id}` (script: `{rel_script}`).
+The log files are exactly what the run printed: nothing was edited or scrubbed, paths and
+timestamps included.
+
+- date (UTC): {when}
+- host: {platform.platform()}
+- python: {platform.python_version()}
+- torch: {_version("torch")}
+- datasets: {_version("datasets")}
+- launcher: {spec.launcher}, ranks: {spec.ranks}
+- exit code: {result.exit_code}{sig}{" (timed out)" if result.timed_out else ""}
+- duration: {result.duration_s:.1f} s
+- working directory: `{result.workdir}` (temporary, deleted after the capture)
+
+Setup done by the capture before the run:
+
+{setup_lines}
+
+Command (run in the working directory):
+
+    {shlex.join(result.command)}
+
+Environment (besides PATH and locale):
+
+{env_lines}
+
+Files:
+
+{file_lines}
+"""
+
+
+def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> tuple[str, str]:
+    """Capture one repro; return (status, one-line report), status is ok, skip or failed.
+
+    A failed or skipped capture leaves the existing fixture directory untouched.
+    """
+    exp = EXPECTATIONS.get(spec.id)
+    if exp is None:
+        return "failed", f"{spec.id}: no expectation registered in capture.EXPECTATIONS"
+    if spec.gpu:
+        return "skip", f"{spec.id}: SKIP needs a GPU"
+    keep = keep_workdir
+    workdir = Path(tempfile.mkdtemp(prefix=f"crashlens-repro-{spec.id}-"))
+    setup: list[str] = []
+    params: dict[str, str] = {}
+    try:
+        with contextlib.ExitStack() as stack:
+            master_port: int | None = None
+            if spec.options.get("master_port") == "occupied":
+                master_port = stack.enter_context(occupied_port())
+                setup.append(
+                    f"a listening TCP socket was opened on 127.0.0.1:{master_port} and held "
+                    "for the whole run (the port torchrun is then told to use)"
+                )
+            if "tmpfs" in spec.options:
+                subdir, _, size = spec.options["tmpfs"].partition(":")
+                try:
+                    stack.enter_context(mounted_tmpfs(workdir / subdir, size or "1m"))
+                except SandboxUnavailable as exc:
+                    return "skip", f"{spec.id}: SKIP {exc}"
+                setup.append(f"a {size} tmpfs was mounted on `<workdir>/{subdir}`")
+                params["ckpt-dir"] = subdir
+            result = run_script(
+                spec.script,
+                workdir=workdir,
+                launcher=spec.launcher,
+                ranks=spec.ranks,
+                timeout_s=spec.timeout_s,
+                params=params,
+                master_port=master_port,
+            )
+        problems = check_capture(spec, exp, result)
+        if problems:
+            keep = True
+            return "failed", f"{spec.id}: FAILED ({'; '.join(problems)}); workdir kept: {workdir}"
+
+        dest = out_root / spec.id
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        files: list[str] = []
+        for rel in result.logs:
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(result.workdir / rel, target)
+            files.append(rel.as_posix())
+        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        (dest / "CAPTURE.md").write_text(
+            render_capture_md(spec, result, setup, files, when), encoding="utf-8"
+        )
+        (dest / "expected.yaml").write_text(render_expected(spec, exp), encoding="utf-8")
+        main_log = CONSOLE_LOG if spec.launcher == "torchrun" else TRAIN_LOG
+        return "ok", (
+            f"{spec.id}: ok exit={result.exit_code} {result.duration_s:.1f}s "
+            f"{len(files)} log file(s), main log {main_log}"
+        )
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m crashlens.repro.capture",
+        description="Rerun the CPU repro scripts and rewrite fixtures/repro/<id>/.",
+    )
+    parser.add_argument("--only", nargs="+", metavar="ID", help="capture only these ids")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="fixtures root")
+    parser.add_argument("--list", action="store_true", help="list the repro scripts and exit")
+    parser.add_argument(
+        "--keep-workdir", action="store_true", help="do not delete the temporary working dirs"
+    )
+    args = parser.parse_args(argv)
+
+    specs = discover()
+    if args.list:
+        for s in specs:
+            print(f"{s.id:28} {s.cls:26} ranks={s.ranks} launcher={s.launcher}")
+        return 0
+    if args.only:
+        known = {s.id for s in specs}
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            parser.error(f"unknown repro id(s): {', '.join(unknown)}")
+        specs = [s for s in specs if s.id in set(args.only)]
+
+    failed = 0
+    for spec in specs:
+        print(f"capturing {spec.id} ...", flush=True)
+        status, report = capture_one(spec, args.out, keep_workdir=args.keep_workdir)
+        print("  " + report, flush=True)
+        if status == "failed":
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

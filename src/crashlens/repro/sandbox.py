@@ -1,0 +1,320 @@
+"""Run one repro script in a throw-away sandbox and record what it really printed.
+
+The fixtures under ``fixtures/repro/`` must be the logs a user would really hand to crashlens,
+so the sandbox changes as little as possible about how a script runs: it only pins what makes a
+run reproducible and harmless on a shared machine (loopback networking, one OpenMP thread, an
+isolated HOME/TMPDIR/HF cache, offline Hugging Face) and makes sure nothing outlives the run
+(own process group, killed on timeout and at the end). Standard library only, so the capture
+machinery works wherever torch does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Name of the combined stdout+stderr file of a single-process (``launcher=python``) run.
+TRAIN_LOG = "train.log"
+#: Name of the combined stdout+stderr file of the torchrun launcher (with ``[defaultN]:`` tees).
+CONSOLE_LOG = "console.log"
+#: Directory (inside the workdir) given to ``torchrun --log-dir``.
+TORCHRUN_LOG_DIR = "torchrun_logs"
+
+_TERM_GRACE_S = 3.0
+
+
+class SandboxUnavailable(RuntimeError):
+    """A run needs something this machine cannot provide (root for mount, a tmpfs, ...)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one sandboxed run.
+
+    ``exit_code`` is the launcher's return code as ``subprocess`` reports it (negative when it
+    died from a signal, ``None`` only if it could not be reaped); ``signal_name`` names that
+    signal. ``logs`` are the captured log files, relative to ``workdir``.
+    """
+
+    command: list[str]
+    env: dict[str, str]
+    workdir: Path
+    exit_code: int | None
+    signal_name: str | None
+    timed_out: bool
+    duration_s: float
+    logs: list[Path] = field(default_factory=list)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def occupied_port() -> Iterator[int]:
+    """Hold a listening socket on a free 127.0.0.1 port for the duration of the block.
+
+    This stands in for a leftover job (or a second job on the same node) that already owns the
+    MASTER_PORT, so that torchrun's TCPStore really fails to bind. No SO_REUSEPORT is set, so
+    the kernel refuses a second bind with EADDRINUSE.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        port: int = sock.getsockname()[1]
+        yield port
+    finally:
+        sock.close()
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """Mount a tmpfs of ``size`` (e.g. ``"1m"``) on ``path`` for the block, then unmount it.
+
+    Used to make a real "No space left on device" happen without filling a real disk. Raises
+    :class:`SandboxUnavailable` when the machine does not allow it (not root, no mount).
+    """
+    if os.geteuid() != 0:
+        raise SandboxUnavailable("mounting a tmpfs needs root (euid is not 0)")
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SandboxUnavailable(f"mount -t tmpfs failed: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True, check=False)
+
+
+def build_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Build a small, explicit environment for the run.
+
+    Starts from almost nothing (PATH and locale only) so the captured logs do not depend on the
+    caller's shell; pins loopback networking for gloo/TCPStore, one OpenMP thread (2-core CI
+    machine), unbuffered Python (so interleaving in the combined log is the real order), and
+    puts HOME, TMPDIR and the Hugging Face caches inside the workdir, offline.
+    """
+    env: dict[str, str] = {}
+    for key in ("PATH", "LANG", "LC_ALL", "TZ"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    home = workdir / "home"
+    tmp = workdir / "tmp"
+    hf_home = workdir / "hf_home"
+    for d in (home, tmp, hf_home):
+        d.mkdir(parents=True, exist_ok=True)
+    env.update(
+        {
+            "HOME": str(home),
+            "TMPDIR": str(tmp),
+            "MASTER_ADDR": "127.0.0.1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HF_HOME": str(hf_home),
+            "HF_DATASETS_CACHE": str(hf_home / "datasets"),
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def build_command(
+    script: Path,
+    *,
+    launcher: str,
+    ranks: int,
+    master_port: int | None,
+    log_dir: Path | None,
+    params: Mapping[str, str],
+) -> list[str]:
+    """Return the argv that launches ``script`` the way users do.
+
+    ``launcher="python"`` runs ``python script.py``. ``launcher="torchrun"`` runs
+    ``python -m torch.distributed.run`` (what the ``torchrun`` entry point does) with
+    ``--log-dir`` and ``--tee 3``, so that both artefacts users really have exist: the per-rank
+    ``stdout.log``/``stderr.log`` tree and the ``[defaultN]:``-prefixed console output.
+    ``params`` become ``--key value`` script arguments.
+    """
+    script_args: list[str] = []
+    for key, value in params.items():
+        script_args += [f"--{key}", value]
+    if launcher == "python":
+        return [sys.executable, str(script), *script_args]
+    if launcher == "torchrun":
+        if master_port is None or log_dir is None:
+            raise ValueError("torchrun needs master_port and log_dir")
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(ranks),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(master_port),
+            "--log-dir",
+            str(log_dir),
+            "--tee",
+            "3",
+            str(script),
+            *script_args,
+        ]
+    raise ValueError(f"unknown launcher {launcher!r} (expected 'python' or 'torchrun')")
+
+
+def _rlimit_setter(as_limit_bytes: int) -> Callable[[], None]:
+    def _set() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (as_limit_bytes, as_limit_bytes))
+
+    return _set
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace_s: float = _TERM_GRACE_S) -> None:
+    """SIGTERM the whole process group, wait up to ``grace_s``, then SIGKILL what is left.
+
+    The run's children (DataLoader workers, torchrun's ranks, datasets pool processes) can
+    outlive the launcher; they all share its session/process group, so this leaves nothing
+    running.
+    """
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _collect_logs(workdir: Path, main_log: Path) -> list[Path]:
+    logs = [main_log.relative_to(workdir)]
+    log_dir = workdir / TORCHRUN_LOG_DIR
+    if log_dir.is_dir():
+        logs += sorted(p.relative_to(workdir) for p in log_dir.rglob("*") if p.is_file())
+    return logs
+
+
+def run_script(
+    script: Path,
+    *,
+    workdir: Path,
+    launcher: str,
+    ranks: int,
+    timeout_s: float,
+    params: Mapping[str, str] | None = None,
+    as_limit_bytes: int | None = None,
+    master_port: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run ``script`` in ``workdir`` and capture its logs there.
+
+    stdout and stderr go to one file (``train.log`` for ``python``, ``console.log`` for
+    ``torchrun``), as a user's ``2>&1 | tee`` or a scheduler's output file holds them. The run
+    gets its own session, so on timeout and again at the end the whole process group is
+    terminated. ``as_limit_bytes`` caps the address space (RLIMIT_AS) of the launcher and its
+    children. For torchrun a free ``master_port`` is picked unless one is given (the
+    port-in-use repro passes an occupied one).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_dir: Path | None = None
+    if launcher == "torchrun":
+        log_dir = workdir / TORCHRUN_LOG_DIR
+        if master_port is None:
+            master_port = free_port()
+    main_log = workdir / (CONSOLE_LOG if launcher == "torchrun" else TRAIN_LOG)
+    command = build_command(
+        script,
+        launcher=launcher,
+        ranks=ranks,
+        master_port=master_port,
+        log_dir=log_dir,
+        params=params or {},
+    )
+    env = build_env(workdir, extra_env)
+    preexec = _rlimit_setter(as_limit_bytes) if as_limit_bytes is not None else None
+
+    timed_out = False
+    start = time.monotonic()
+    with main_log.open("wb") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        duration = time.monotonic() - start
+        if timed_out:
+            kill_group(proc.pid)
+            try:
+                proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        kill_group(proc.pid)  # leftover children (workers, ranks) of a run that ended
+
+    code = proc.returncode
+    sig_name: str | None = None
+    if code is not None and code < 0:
+        try:
+            sig_name = signal.Signals(-code).name
+        except ValueError:
+            sig_name = f"signal {-code}"
+    return RunResult(
+        command=command,
+        env=env,
+        workdir=workdir,
+        exit_code=code,
+        signal_name=sig_name,
+        timed_out=timed_out,
+        duration_s=duration,
+        logs=_collect_logs(workdir, main_log),
+    )

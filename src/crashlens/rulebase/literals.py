@@ -1,0 +1,141 @@
+"""Find literal substrings a regex cannot match without, for the one-pass prefilter.
+
+Running every rule's regex on every line is what makes log scanners slow. Each detector
+instead names (or gets derived here) literals that any match must contain; a line is only
+handed to the regexes if it contains one of them.
+"""
+
+from __future__ import annotations
+
+_SPECIAL = set(".^$*+?{}[]\\|()")
+_ESCAPED_LITERAL = set(".^$*+?{}[]\\|()-/ #:'\"=<>,!@%&~`;")
+
+
+def required_literals(pattern: str, min_len: int = 3) -> tuple[str, ...] | None:
+    """Return literals of which every match of ``pattern`` contains at least one.
+
+    Returns None when no such set can be derived (the detector then runs on every line).
+    Top-level alternatives each contribute their own longest literal.
+    """
+    if pattern.startswith("(?"):
+        end = pattern.find(")")
+        flags = pattern[2:end]
+        if end > 0 and flags.isalpha():
+            pattern = pattern[end + 1 :]
+    branches = _split_top_level(pattern)
+    out: list[str] = []
+    for branch in branches:
+        runs = _literal_runs(branch)
+        best = max(runs, key=len, default="")
+        if len(best) < min_len:
+            return None
+        out.append(best)
+    return tuple(dict.fromkeys(out))
+
+
+def _split_top_level(pattern: str) -> list[str]:
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+def _literal_runs(branch: str) -> list[str]:
+    runs: list[str] = []
+    cur: list[str] = []
+    i = 0
+
+    def cut() -> None:
+        if cur:
+            runs.append("".join(cur))
+            cur.clear()
+
+    while i < len(branch):
+        c = branch[i]
+        nxt = branch[i + 1] if i + 1 < len(branch) else ""
+        if c == "\\":
+            esc = nxt
+            i += 2
+            if esc in _ESCAPED_LITERAL:
+                if branch[i : i + 1] in ("?", "*") or branch[i : i + 2] == "{0":
+                    cut()
+                    continue
+                cur.append(esc)
+            else:
+                cut()
+            continue
+        if c in "([":
+            cut()
+            i = _skip_group(branch, i)
+            if branch[i : i + 1] in ("?", "*", "+") or branch[i : i + 1] == "{":
+                i += 1
+            continue
+        if c in "?*" or (c == "{" and nxt.isdigit()):
+            if cur:
+                cur.pop()
+            cut()
+            i = branch.find("}", i) + 1 if c == "{" else i + 1
+            continue
+        if c == "+":
+            cut()
+            i += 1
+            continue
+        if c in _SPECIAL:
+            cut()
+            i += 1
+            continue
+        if nxt in ("?", "*") or (nxt == "{" and branch[i + 2 : i + 3] == "0"):
+            cut()
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    cut()
+    return runs
+
+
+def _skip_group(branch: str, i: int) -> int:
+    open_c = branch[i]
+    if open_c == "[":
+        j = i + 1
+        if branch[j : j + 1] == "^":
+            j += 1
+        if branch[j : j + 1] == "]":
+            j += 1
+        while j < len(branch) and branch[j] != "]":
+            j += 2 if branch[j] == "\\" else 1
+        return j + 1
+    depth, j, in_class = 0, i, False
+    while j < len(branch):
+        c = branch[j]
+        if c == "\\":
+            j += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return j

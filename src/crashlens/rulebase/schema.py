@@ -1,0 +1,101 @@
+"""Rule objects built from the YAML rule files (see docs/rules.md for the schema)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Scope = Literal["line", "exception", "traceback"]
+Same = Literal["rank", "host", "job"]
+
+SEVERITY_WEIGHT: dict[str, float] = {
+    "critical": 1.0,
+    "high": 0.85,
+    "medium": 0.7,
+    "low": 0.5,
+    "info": 0.3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """A named regex; its named groups become typed fields of the signal it detects."""
+
+    name: str
+    pattern: Any  # a compiled ``regex`` pattern
+    scope: Scope = "line"
+    sources: frozenset[str] | None = None
+    literals: tuple[str, ...] | None = None
+    ignore_case: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """When a rule fires: ``any``/``all``/``not`` over detector names, per ``same`` group.
+
+    ``within`` bounds, in seconds, how far apart the co-occurring signals may be.
+    """
+
+    any: tuple[str, ...] = ()
+    all: tuple[str, ...] = ()
+    none: tuple[str, ...] = ()
+    within: float | None = None
+    same: Same = "rank"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One root cause (or symptom) the analyzer knows, loaded from ``rules/**/<id>.yaml``."""
+
+    id: str
+    title: str
+    cls: str
+    severity: str
+    kind: Literal["cause", "symptom"]
+    detectors: tuple[Detector, ...]
+    condition: Condition
+    path: str
+    line: int
+    description: str = ""
+    explains: tuple[str, ...] = ()
+    remediation: str = ""
+    references: tuple[str, ...] = ()
+    repro: str | None = None
+    fallback: bool = False
+    tags: tuple[str, ...] = ()
+
+    @property
+    def weight(self) -> float:
+        """Severity as a number in (0, 1]."""
+        return SEVERITY_WEIGHT[self.severity]
+
+    def detector(self, name: str) -> Detector:
+        """The detector called ``name``."""
+        for det in self.detectors:
+            if det.name == name:
+                return det
+        raise KeyError(name)
+
+    def explains_target(self, rule_id: str, cls: str) -> bool:
+        """Whether this rule names ``rule_id`` (or its class) as a downstream symptom."""
+        return rule_id in self.explains or f"class:{cls}" in self.explains
+
+
+@dataclass(slots=True)
+class RuleSet:
+    """All loaded rules, with per-scope detector indexes built once."""
+
+    rules: tuple[Rule, ...]
+    by_id: dict[str, Rule] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_id = {rule.id: rule for rule in self.rules}
+
+    def line_detectors(self) -> list[tuple[Rule, Detector]]:
+        """Detectors run on every (prefiltered) line."""
+        return [(r, d) for r in self.rules for d in r.detectors if d.scope == "line"]
+
+    def exception_detectors(self) -> list[tuple[Rule, Detector]]:
+        """Detectors run on assembled tracebacks (exception text or whole traceback)."""
+        return [(r, d) for r in self.rules for d in r.detectors if d.scope != "line"]
+
