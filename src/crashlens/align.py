@@ -7,6 +7,9 @@ of lines: a 64-rank job with gigabytes of step logs still yields a frame of a fe
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import time
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +50,7 @@ def align(results: Iterable[FileResult], skew: Mapping[str, float] | None = None
         skew: seconds each host's clock runs ahead of the reference clock; subtracted.
     """
     skew = dict(skew or {})
+    results = fix_years(list(results))
     hits: list[Hit] = []
     tracebacks: list[Traceback] = []
     failures: list[ChildFailure] = []
@@ -64,17 +68,88 @@ def align(results: Iterable[FileResult], skew: Mapping[str, float] | None = None
         summaries.extend(res.ranks)
         for rule_id, n in res.hit_counts.items():
             counts[rule_id] = counts.get(rule_id, 0) + n
+    ranks = merge_ranks(summaries, failures)
+    hits = join_pids(hits, ranks)
     hits.sort(key=lambda h: _order(h.evidence))
     tracebacks.sort(key=lambda t: (t.time is None, t.time or 0.0, t.source.path, t.start_line))
     return Timeline(
         hits=hits,
         tracebacks=tracebacks,
         failures=failures,
-        ranks=merge_ranks(summaries, failures),
+        ranks=ranks,
         frame=build_frame(hits, tracebacks, failures),
         hit_counts=counts,
         skew=skew,
     )
+
+
+def fix_years(results: list[FileResult]) -> list[FileResult]:
+    """Give year-less files (syslog, glog, c10d) the job's year instead of their mtime's.
+
+    A kern.log copied off a node a year later must still line up with the ranks' logs.
+    """
+    years: Counter[int] = Counter()
+    for res in results:
+        if res.assumed_year is None:
+            years.update(time.gmtime(r.first_time).tm_year for r in res.ranks if r.first_time)
+    if not years:
+        return results
+    job_year = years.most_common(1)[0][0]
+    out = []
+    for res in results:
+        if res.assumed_year is None or res.assumed_year == job_year:
+            out.append(res)
+            continue
+        delta = job_year - res.assumed_year
+        out.append(_reyear(res, delta))
+    return out
+
+
+def _move(t: float | None, years: int) -> float | None:
+    if t is None:
+        return None
+    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    try:
+        return d.replace(year=d.year + years).timestamp()
+    except ValueError:  # 29 February
+        return (d.replace(day=28, year=d.year + years)).timestamp()
+
+
+def _reyear(res: FileResult, years: int) -> FileResult:
+    def ev(e: Evidence) -> Evidence:
+        return dataclasses.replace(e, time=_move(e.time, years))
+
+    hits = [dataclasses.replace(h, evidence=ev(h.evidence)) for h in res.hits]
+    tbs = [dataclasses.replace(t, time=_move(t.time, years)) for t in res.tracebacks]
+    for r in res.ranks:
+        r.first_time, r.last_time = _move(r.first_time, years), _move(r.last_time, years)
+    return dataclasses.replace(res, hits=hits, tracebacks=tbs, assumed_year=None)
+
+
+def join_pids(hits: list[Hit], ranks: list[RankSummary]) -> list[Hit]:
+    """Attribute rank-less evidence that names a pid (kernel OOM kills, Xid lines) to its rank.
+
+    Pids come from NCCL line prefixes, launcher reports and logging; a pid is only trusted
+    when it maps to exactly one rank (on the evidence's host, when the host is known).
+    """
+    by_host: dict[tuple[str | None, int], set[int]] = defaultdict(set)
+    by_pid: dict[int, set[int]] = defaultdict(set)
+    for r in ranks:
+        if r.rank is None:
+            continue
+        for pid in r.pids:
+            by_host[(r.host, pid)].add(r.rank)
+            by_pid[pid].add(r.rank)
+    out = []
+    for h in hits:
+        pid = h.fields.get("pid", "")
+        if h.evidence.rank is None and pid.isdigit():
+            found = by_host.get((h.evidence.host, int(pid))) or by_pid.get(int(pid), set())
+            if len(found) == 1:
+                rank = next(iter(found))
+                h = dataclasses.replace(h, evidence=dataclasses.replace(h.evidence, rank=rank))
+        out.append(h)
+    return out
 
 
 def _order(ev: Evidence) -> tuple[bool, float, str, int]:
@@ -97,6 +172,8 @@ def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> l
                 first_time=s.first_time,
                 last_time=s.last_time,
                 last_lines=list(s.last_lines),
+                last_file=s.last_file,
+                last_lineno=s.last_lineno,
                 pids=set(s.pids),
             )
             continue
@@ -109,6 +186,7 @@ def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> l
         if s.last_time is not None and (cur.last_time is None or s.last_time >= cur.last_time):
             cur.last_time = s.last_time
             cur.last_lines = list(s.last_lines)
+            cur.last_file, cur.last_lineno = s.last_file, s.last_lineno
     for f in failures:
         if f.rank is None:
             continue

@@ -58,7 +58,7 @@ def analyze(
         inputs.append(record)
         if result is not None:
             results.append(result)
-        elif record.skipped:
+        elif record.skipped and not record.skipped.startswith("not a log"):
             notes.append(f"skipped {record.path}: {record.skipped}")
     if not results:
         reasons = "; ".join(notes) if notes else "no files found"

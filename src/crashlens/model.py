@@ -140,6 +140,8 @@ class RankSummary:
     first_time: float | None = None
     last_time: float | None = None
     last_lines: list[str] = field(default_factory=list)
+    last_file: str = ""
+    last_lineno: int = 0
     exitcode: int | None = None
     pids: set[int] = field(default_factory=set)
 

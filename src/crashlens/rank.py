@@ -143,8 +143,7 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
                 absorbed.add(other.rule_id)
     kept = [c for c in causes if c.rule_id not in absorbed]
     # A handled exception that was logged and retried is not the crash.
-    if any(not _handled_only(c.match) for c in kept):
-        kept = [c for c in kept if not _handled_only(c.match)]
+    kept = [c for c in kept if not _handled_only(c.match)]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
     for c in kept:
         c.confidence = _score(c, first)
@@ -234,13 +233,19 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     if pick is not None:
         rule_id = next(h.rule_id for h in cause_hits if h.evidence is pick)
         return _first(pick, "crash", rule_id)
-    fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal]
+    symptom_tbs = {
+        h.traceback_id for m in matches if m.rule.kind == "symptom" for h in m.hits
+    }
+    fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal and tb.id not in symptom_tbs]
     if fatal_tbs:
         tb = fatal_tbs[0]
         final = tb.final
         text = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
         return FirstFailure(tb.rank, tb.host, tb.time, tb.source.path, final.lineno, text, "crash")
-    symptom_hits = [h for m in matches for h in m.hits]
+    culprit = hang_culprit(matches, timeline)
+    if culprit is not None:
+        return culprit
+    symptom_hits = [h for m in matches for h in m.hits if h.fatal is not False]
     pick = _earliest(h.evidence for h in symptom_hits)
     if pick is not None:
         rule_id = next(h.rule_id for h in symptom_hits if h.evidence is pick)
@@ -260,3 +265,33 @@ def _earliest(evidence: object) -> Evidence | None:
 
 def _first(ev: Evidence, kind: Literal["crash", "hang", "unknown"], rule_id: str | None) -> FirstFailure:
     return FirstFailure(ev.rank, ev.host, ev.time, ev.file, ev.line, ev.text, kind, rule_id)
+
+
+def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | None:
+    """For a hang (timeouts, no crash), the rank that stopped first instead of waiting.
+
+    Ranks that report a collective timeout were waiting for someone; a known rank that did
+    not time out is that someone. Among candidates, the one whose log went silent first wins.
+    """
+    waiting = {
+        h.evidence.rank
+        for m in matches
+        if m.rule.kind == "symptom" and m.rule.cls == "nccl_timeout"
+        for h in m.hits
+    }
+    known = [r for r in timeline.ranks if r.rank is not None]
+    if not waiting or not known:
+        return None
+    silent = [r for r in known if r.rank not in waiting]
+    pool = silent or known
+    culprit = min(pool, key=lambda r: (r.last_time is None, r.last_time or 0.0, r.rank))
+    last = culprit.last_lines[-1] if culprit.last_lines else ""
+    return FirstFailure(
+        rank=culprit.rank,
+        host=culprit.host,
+        time=culprit.last_time,
+        file=culprit.last_file or (sorted(culprit.files)[0] if culprit.files else ""),
+        line=culprit.last_lineno,
+        text=f"last line before the hang: {last}",
+        kind="hang",
+    )

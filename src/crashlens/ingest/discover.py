@@ -25,6 +25,11 @@ _HOST_IN_NAME = regex.compile(r"(?i)(?:^|[_\-.])((?:node|host|worker|nid)[\-_]?\
 _KERNEL_NAME = regex.compile(r"(?i)(?:^|[_\-.])(dmesg|kern\.log|kernel|syslog|messages|journal)")
 _ERROR_JSON = regex.compile(r"(?i)error[\w\-]*\.json$")
 _SCHEDULER_NAME = regex.compile(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
+#: Files a job directory holds that are not logs: docs, configs, code, weights, images.
+NOT_LOG_SUFFIXES = frozenset(
+    ".md .rst .yaml .yml .toml .ini .cfg .py .ipynb .sh .pt .pth .bin .safetensors .ckpt "
+    ".npy .npz .pkl .pickle .png .jpg .jpeg .gif .svg .pdf .html .css .js .parquet .arrow".split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,8 @@ def _check_file(path: Path, display: str) -> Candidate:
         return Candidate(path=path, display=display, skipped=f"cannot stat: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
         return Candidate(path=path, display=display, skipped="not a regular file")
+    if path.suffix.lower() in NOT_LOG_SUFFIXES and not _ERROR_JSON.search(path.name):
+        return Candidate(path=path, display=display, skipped=f"not a log ({path.suffix} file)")
     return Candidate(path=path, display=display)
 
 

@@ -28,8 +28,12 @@ MAX_HITS_PER_DETECTOR = 20
 MAX_EVIDENCE_TEXT = 600
 #: A traceback followed by this many more lines of the same rank was handled, not fatal.
 HANDLED_AFTER_LINES = 200
+#: ... or when it goes on logging: this many timestamped lines, spanning this many seconds.
+HANDLED_AFTER_STAMPS = 5
+HANDLED_AFTER_SECONDS = 10.0
 LAST_LINES = 5
 
+_SYSLOG_HOST = regex.compile(r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: ")
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
 
 
@@ -48,6 +52,25 @@ class _PendingHit:
 
 
 @dataclass(slots=True)
+class _DoneTraceback:
+    """A completed traceback and what its stream printed after it (to tell handled from fatal)."""
+
+    tb: PartialTraceback
+    lines_at_end: int
+    time: float | None
+    inferred: bool
+    later: list[float] = field(default_factory=list)
+
+    def handled(self, stream_lines: int) -> bool:
+        """Whether the writer went on working after printing it (so it did not die of it)."""
+        if stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
+            return True
+        if len(self.later) < HANDLED_AFTER_STAMPS or self.time is None:
+            return False
+        return self.later[-1] - self.time >= HANDLED_AFTER_SECONDS
+
+
+@dataclass(slots=True)
 class _Stream:
     """One writer's lines inside a file (one rank, or the whole file if unprefixed)."""
 
@@ -63,7 +86,8 @@ class _Stream:
     probe_first: int = 50
     last_stamp: tuple[int, float] | None = None
     tb_open_hits: list[_PendingHit] = field(default_factory=list)
-    tb_done: list[tuple[PartialTraceback, int, float | None, bool]] = field(default_factory=list)
+    tb_done: list[_DoneTraceback] = field(default_factory=list)
+    watch: _DoneTraceback | None = None
     pids: set[int] = field(default_factory=set)
 
 
@@ -77,6 +101,7 @@ class FileResult:
     ranks: list[RankSummary]
     lines: int
     hit_counts: dict[str, int]
+    assumed_year: int | None = None
 
 
 class FileParser:
@@ -124,10 +149,21 @@ class FileParser:
             if stamp is not None:
                 stream.first_time = stamp
                 stream.last_stamp = (lineno, stamp)
-        if "ank" in text and stream.rank is None:
+        if stream.rank is None and stream.local_rank is not None and "ank" in text:
+            # Only a single writer's stream (one local rank) may learn its rank from content.
             m = _CONTENT_RANK.search(text)
             if m:
                 stream.rank = int(m["r"] or m["n"])
+        if " NCCL " in text:
+            origin = nccl_origin(text)
+            if origin is not None and origin.pid is not None:
+                stream.pids.add(origin.pid)
+                if stream.host is None and origin.host:
+                    stream.host = origin.host
+        if stream.watch is not None and len(stream.watch.later) < HANDLED_AFTER_STAMPS:
+            later = self._stamp(text)
+            if later is not None:
+                stream.watch.later.append(later)
         if self.source.kind == "kernel" and self.mono_offset is None:
             self._learn_monotonic(text)
         stream.summary.feed(lineno, text)
@@ -136,9 +172,6 @@ class FileParser:
             self._complete_tracebacks(stream)
         matches = self.matcher.match(text, self.source.kind)
         if matches:
-            origin = nccl_origin(text)
-            if origin is not None and origin.pid is not None:
-                stream.pids.add(origin.pid)
             for rule, det, found in matches:
                 self._add_hit(stream, rule, det, found, lineno, text, in_tb)
         stream.ring.append((lineno, text))
@@ -243,7 +276,9 @@ class FileParser:
         for tb in stream.assembler.done:
             start_text = tb.text[0] if tb.text else ""
             when, inferred = self._time_of(stream, tb.start_line, start_text)
-            stream.tb_done.append((tb, stream.lines, when, inferred))
+            done = _DoneTraceback(tb, stream.lines, when, inferred)
+            stream.tb_done.append(done)
+            stream.watch = done
             self._exception_hits(stream, tb, when, inferred)
         stream.assembler.done.clear()
 
@@ -292,9 +327,10 @@ class FileParser:
             stream.assembler.close()
             self._complete_tracebacks(stream)
             stream.summary.close()
-            for i, (tb, lines_at_end, when, inferred) in enumerate(stream.tb_done):
+            for i, done in enumerate(stream.tb_done):
+                tb, when, inferred = done.tb, done.time, done.inferred
                 last = i == len(stream.tb_done) - 1
-                handled = stream.lines - lines_at_end > HANDLED_AFTER_LINES
+                handled = done.handled(stream.lines)
                 fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
                 ident = next(self.tb_ids)
                 tb_ids[id(tb)] = (ident, fatal)
@@ -315,7 +351,15 @@ class FileParser:
             failures.extend(self._failure(stream, e) for e in stream.summary.done)
             ranks.append(self._summary(stream))
         hits = [self._freeze(h, tb_ids) for h in self.hits]
-        return FileResult(hits, tracebacks, failures, ranks, self.lines, self.hit_counts)
+        return FileResult(
+            hits,
+            tracebacks,
+            failures,
+            ranks,
+            self.lines,
+            self.hit_counts,
+            assumed_year=None if self.year_known else self.year,
+        )
 
     def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:
         stream = hit.stream
@@ -323,6 +367,9 @@ class FileParser:
         if rank is None and "rank" in hit.fields and hit.fields["rank"].isdigit():
             rank = int(hit.fields["rank"])
         host = stream.host or hit.fields.get("host")
+        if host is None and self.source.kind == "kernel":
+            m = _SYSLOG_HOST.match(hit.text)
+            host = m["host"] if m else None
         tb_id, fatal = tb_ids.get(id(hit.tb), (None, None)) if hit.tb is not None else (None, None)
         when, inferred = hit.stamp
         return Hit(
@@ -381,5 +428,7 @@ class FileParser:
             first_time=stream.first_time,
             last_time=last_time,
             last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-LAST_LINES:]],
+            last_file=self.source.path,
+            last_lineno=stream.ring[-1][0] if stream.ring else 0,
             pids=set(stream.pids),
         )

@@ -1,0 +1,120 @@
+"""Rule fixtures: annotated logs next to each rule, checked like semgrep's ``--test``.
+
+A fixture file ``rules/<area>/<rule-id>/<name>.log`` holds real log text plus directive lines
+starting with ``#! ``, which are removed before parsing (reported line numbers refer to the file
+without them):
+
+- ``#! ruleid: <id>[, <id>]`` — the rule must have evidence on the next line;
+- ``#! ok: <id>`` — the rule must *not* have evidence on the next line (a near miss);
+- ``#! source: rank=3 host=node-02 kind=kernel`` — how to attribute the file (first lines only).
+
+For a multi-line event the marked line is its anchor: the ``ExcType: message`` line of a
+traceback, or the line the detector's regex matches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashlens.align import align
+from crashlens.errors import RuleError
+from crashlens.ingest.discover import attribute
+from crashlens.match import match
+from crashlens.model import Source
+from crashlens.parse import LineMatcher, parse_lines
+from crashlens.rulebase.schema import RuleSet
+
+DIRECTIVE = "#! "
+FIXTURE_SUFFIXES = (".log", ".txt", ".out", ".err")
+
+
+@dataclass(slots=True)
+class FixtureResult:
+    """Expected and actual evidence lines per rule for one fixture file."""
+
+    path: Path
+    expected: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    ok: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    actual: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+
+    def problems(self) -> list[str]:
+        """Human-readable failures, empty when the fixture passes."""
+        out = []
+        for rule_id, lines in sorted(self.expected.items()):
+            missed = sorted(lines - self.actual.get(rule_id, set()))
+            if missed:
+                out.append(f"{rule_id}: missed line(s) {missed}")
+        for rule_id, lines in sorted(self.ok.items()):
+            unexpected = sorted(lines & self.actual.get(rule_id, set()))
+            if unexpected:
+                out.append(f"{rule_id}: unexpected match on line(s) {unexpected}")
+        return out
+
+
+def fixture_files(rules_dir: Path) -> list[Path]:
+    """Every rule fixture under ``rules_dir`` (files inside directories named like a rule)."""
+    return sorted(
+        p
+        for p in rules_dir.rglob("*")
+        if p.is_file()
+        and p.suffix in FIXTURE_SUFFIXES
+        and any((p.parent.parent / f"{p.parent.name}{ext}").is_file() for ext in (".yaml", ".yml"))
+    )
+
+
+def _source(path: Path, header: dict[str, str]) -> Source:
+    base = attribute(path.name)
+    rank = header.get("rank")
+    return Source(
+        path=str(path),
+        kind=header.get("kind", base.kind),  # type: ignore[arg-type]
+        rank=int(rank) if rank is not None else base.rank,
+        local_rank=base.local_rank,
+        host=header.get("host", base.host),
+    )
+
+
+def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
+    """Parse one annotated fixture with ``rules`` and compare evidence lines with markers.
+
+    Raises:
+        RuleError: when a marker names a rule that does not exist.
+    """
+    result = FixtureResult(path)
+    header: dict[str, str] = {}
+    lines: list[tuple[int, str]] = []
+    pending: list[tuple[str, str]] = []
+    raw = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for text in raw:
+        if text.startswith(DIRECTIVE):
+            key, _, value = text[len(DIRECTIVE) :].partition(":")
+            key = key.strip()
+            if key == "source":
+                header.update(p.split("=", 1) for p in value.split() if "=" in p)
+            elif key in ("ruleid", "ok"):
+                for rule_id in (v.strip() for v in value.split(",") if v.strip()):
+                    if rule_id not in rules.by_id:
+                        raise RuleError(f"marker names unknown rule '{rule_id}'", path=str(path))
+                    pending.append((key, rule_id))
+            continue
+        lineno = len(lines) + 1
+        for key, rule_id in pending:
+            target = result.expected if key == "ruleid" else result.ok
+            target[rule_id].add(lineno)
+        pending = []
+        lines.append((lineno, text))
+    parsed = parse_lines(
+        _source(path, header),
+        lines,
+        rules,
+        LineMatcher(rules),
+        year=2024,
+        tb_ids=itertools.count(1),
+    )
+    for m in match(align([parsed]).hits, rules):
+        for hit in m.hits:
+            result.actual[m.rule.id].add(hit.evidence.line)
+    return result

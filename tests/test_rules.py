@@ -1,0 +1,36 @@
+"""Each rule's annotated fixtures: positives must match on the marked line, near misses must not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashlens.rulebase import default_rules_dir, load_rules
+from crashlens.rulebase.testing import fixture_files, run_fixture
+
+RULES_DIR = default_rules_dir()
+RULES = load_rules()
+FILES = fixture_files(RULES_DIR)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(RULES_DIR)) for p in FILES])
+def test_rule_fixture(path: Path) -> None:
+    result = run_fixture(path, RULES)
+    assert result.expected or result.ok, "fixture has no #! ruleid / #! ok markers"
+    assert result.problems() == []
+
+
+def test_every_rule_has_a_positive_and_a_near_miss_fixture() -> None:
+    positives: set[str] = set()
+    near_misses: set[str] = set()
+    for path in FILES:
+        result = run_fixture(path, RULES)
+        positives |= set(result.expected)
+        near_misses |= set(result.ok)
+    missing = [
+        rule.id
+        for rule in RULES.rules
+        if rule.id not in positives or rule.id not in near_misses
+    ]
+    assert missing == []
