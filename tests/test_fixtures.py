@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crashlens import analyze
 from conftest import FIXTURES
+from crashlens import analyze
 
 CASES = sorted(p.parent for p in FIXTURES.rglob("expected.yaml"))
 

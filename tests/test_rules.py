@@ -29,8 +29,6 @@ def test_every_rule_has_a_positive_and_a_near_miss_fixture() -> None:
         positives |= set(result.expected)
         near_misses |= set(result.ok)
     missing = [
-        rule.id
-        for rule in RULES.rules
-        if rule.id not in positives or rule.id not in near_misses
+        rule.id for rule in RULES.rules if rule.id not in positives or rule.id not in near_misses
     ]
     assert missing == []

@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from crashlens.api import analyze  # noqa: E402
-from crashlens.report import Report  # noqa: E402
+from crashlens.api import analyze
+from crashlens.report import Report
 
 __all__ = ["Report", "__version__", "analyze"]

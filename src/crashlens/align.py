@@ -142,9 +142,10 @@ def join_pids(hits: list[Hit], ranks: list[RankSummary]) -> list[Hit]:
             by_pid[pid].add(r.rank)
     out = []
     for h in hits:
-        pid = h.fields.get("pid", "")
-        if h.evidence.rank is None and pid.isdigit():
-            found = by_host.get((h.evidence.host, int(pid))) or by_pid.get(int(pid), set())
+        pid_text = h.fields.get("pid", "")
+        if h.evidence.rank is None and pid_text.isdigit():
+            pid = int(pid_text)
+            found = by_host.get((h.evidence.host, pid)) or by_pid.get(pid, set())
             if len(found) == 1:
                 rank = next(iter(found))
                 h = dataclasses.replace(h, evidence=dataclasses.replace(h.evidence, rank=rank))
@@ -206,10 +207,9 @@ def build_frame(
     rows: list[dict[str, object]] = []
     for h in hits:
         ev = h.evidence
-        pid = h.fields.get("pid")
-        rows.append(
-            _row(ev, pid=int(pid) if pid and pid.isdigit() else None, kind="signal", signal=h.rule_id)
-        )
+        pid_text = h.fields.get("pid", "")
+        pid = int(pid_text) if pid_text.isdigit() else None
+        rows.append(_row(ev, pid=pid, kind="signal", signal=h.rule_id))
     for tb in tracebacks:
         final = tb.final
         rows.append(
@@ -232,9 +232,9 @@ def build_frame(
     frame["time"] = pd.to_datetime(frame["time"], unit="s", errors="coerce")
     frame["rank"] = frame["rank"].astype("Int64")
     frame["pid"] = frame["pid"].astype("Int64")
-    return frame.sort_values(["time", "source", "line"], na_position="last", kind="stable").reset_index(
-        drop=True
-    )
+    return frame.sort_values(
+        ["time", "source", "line"], na_position="last", kind="stable"
+    ).reset_index(drop=True)
 
 
 def _row(ev: Evidence, *, pid: int | None, kind: str, signal: str) -> dict[str, object]:

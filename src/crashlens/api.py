@@ -12,7 +12,7 @@ from crashlens import __version__
 from crashlens.align import align
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
-from crashlens.ingest.read import NotText, open_binary, iter_lines
+from crashlens.ingest.read import NotText, iter_lines, open_binary
 from crashlens.match import match
 from crashlens.model import InputFile
 from crashlens.parse import FileResult, LineMatcher, file_year, parse_error_file, parse_lines
@@ -99,7 +99,9 @@ def _read_one(
     except NotText as exc:
         return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
     except OSError as exc:
-        return None, InputFile(cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror}")
+        return None, InputFile(
+            cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror}"
+        )
     try:
         if source.kind == "errorfile":
             try:

@@ -118,9 +118,7 @@ def _co_occurring(cond: Condition, by_det: dict[str, list[Hit]]) -> list[Hit]:
     """Hits of the first ``all`` detector that have every other ``all`` detector nearby."""
     assert cond.within is not None
     first, *rest = cond.all
-    return [
-        h for h in by_det[first] if all(_near(h, by_det[d], cond.within) for d in rest)
-    ]
+    return [h for h in by_det[first] if all(_near(h, by_det[d], cond.within) for d in rest)]
 
 
 def _near(hit: Hit, others: list[Hit], within: float) -> bool:

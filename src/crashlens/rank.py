@@ -233,9 +233,7 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     if pick is not None:
         rule_id = next(h.rule_id for h in cause_hits if h.evidence is pick)
         return _first(pick, "crash", rule_id)
-    symptom_tbs = {
-        h.traceback_id for m in matches if m.rule.kind == "symptom" for h in m.hits
-    }
+    symptom_tbs = {h.traceback_id for m in matches if m.rule.kind == "symptom" for h in m.hits}
     fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal and tb.id not in symptom_tbs]
     if fatal_tbs:
         tb = fatal_tbs[0]
@@ -263,7 +261,9 @@ def _earliest(evidence: object) -> Evidence | None:
     return ev
 
 
-def _first(ev: Evidence, kind: Literal["crash", "hang", "unknown"], rule_id: str | None) -> FirstFailure:
+def _first(
+    ev: Evidence, kind: Literal["crash", "hang", "unknown"], rule_id: str | None
+) -> FirstFailure:
     return FirstFailure(ev.rank, ev.host, ev.time, ev.file, ev.line, ev.text, kind, rule_id)
 
 

@@ -18,8 +18,10 @@ def iso(t: float | None) -> str | None:
     """A POSIX time as ISO 8601 (UTC where the log gave a zone, else the clock as printed)."""
     if t is None:
         return None
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None).isoformat(
-        timespec="milliseconds"
+    return (
+        dt.datetime.fromtimestamp(t, dt.timezone.utc)
+        .replace(tzinfo=None)
+        .isoformat(timespec="milliseconds")
     )
 
 

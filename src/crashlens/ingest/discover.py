@@ -27,8 +27,38 @@ _ERROR_JSON = regex.compile(r"(?i)error[\w\-]*\.json$")
 _SCHEDULER_NAME = regex.compile(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
 #: Files a job directory holds that are not logs: docs, configs, code, weights, images.
 NOT_LOG_SUFFIXES = frozenset(
-    ".md .rst .yaml .yml .toml .ini .cfg .py .ipynb .sh .pt .pth .bin .safetensors .ckpt "
-    ".npy .npz .pkl .pickle .png .jpg .jpeg .gif .svg .pdf .html .css .js .parquet .arrow".split()
+    [
+        ".md",
+        ".rst",
+        ".yaml",
+        ".yml",
+        ".toml",
+        ".ini",
+        ".cfg",
+        ".py",
+        ".ipynb",
+        ".sh",
+        ".pt",
+        ".pth",
+        ".bin",
+        ".safetensors",
+        ".ckpt",
+        ".npy",
+        ".npz",
+        ".pkl",
+        ".pickle",
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".svg",
+        ".pdf",
+        ".html",
+        ".css",
+        ".js",
+        ".parquet",
+        ".arrow",
+    ]
 )
 
 

@@ -74,14 +74,14 @@ def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, st
     """
     raw: BinaryIO = stdin if stdin is not None else open(path, "rb")  # noqa: SIM115
     try:
-        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[type-var]
         head = buffered.peek(8192)[:8192]
         compression, encoding = sniff(head)
         if compression is None:
             return buffered, encoding
         inner: BinaryIO = _OPENERS[compression](buffered)  # type: ignore[operator]
         # Re-sniff the decompressed content: a compressed core dump is still binary.
-        inner_buffered = io.BufferedReader(inner)  # type: ignore[arg-type]
+        inner_buffered = io.BufferedReader(inner)  # type: ignore[type-var]
         _, encoding = sniff(inner_buffered.peek(8192)[:8192])
         return inner_buffered, encoding
     except Exception:

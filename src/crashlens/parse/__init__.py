@@ -86,9 +86,7 @@ def parse_error_file(
         when = None
     year = time.gmtime(when).tm_year if when else time.gmtime().tm_year
     lines = [(i, line) for i, line in enumerate(text.splitlines(), 1)]
-    return parse_lines(
-        source, lines, rules, matcher, year=year, tb_ids=tb_ids, time_override=when
-    )
+    return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, time_override=when)
 
 
 def file_year(path: Path | None) -> int:

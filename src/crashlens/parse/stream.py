@@ -33,7 +33,9 @@ HANDLED_AFTER_STAMPS = 5
 HANDLED_AFTER_SECONDS = 10.0
 LAST_LINES = 5
 
-_SYSLOG_HOST = regex.compile(r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: ")
+_SYSLOG_HOST = regex.compile(
+    r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
+)
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
 
 

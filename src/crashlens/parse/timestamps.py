@@ -3,8 +3,8 @@
 Formats: python logging (``2024-05-01 12:00:00,123``), ISO 8601 / RFC 3339 (kubectl
 ``--timestamps``, rsyslog, NCCL >= 2.26 ``[2024-05-01 12:00:00]``), glog and c10d
 (``I0501 12:00:00.123456``, ``[E501 12:00:00.123456789 ...]``), syslog / journal
-(``May  1 12:00:00``), ``dmesg -T`` (``[Wed May  1 12:00:00 2024]``), ``dmesg -x --time-format iso``,
-dmesg monotonic seconds (``[12345.678901]``) and epoch seconds.
+(``May  1 12:00:00``), ``dmesg -T`` (``[Wed May  1 12:00:00 2024]``),
+``dmesg -x --time-format iso``, dmesg monotonic seconds (``[12345.678901]``) and epoch seconds.
 
 Times are POSIX seconds as floats. A time without a zone is taken as UTC: every clock in a job
 is read the same way, so differences and order are right even if the absolute zone is not.
@@ -57,7 +57,7 @@ class Stamp:
 def _frac(text: str | None) -> float:
     if not text:
         return 0.0
-    return int(text) / 10 ** len(text)
+    return int(text) / float(10 ** len(text))
 
 
 def _zone(text: str | None) -> int:
@@ -88,7 +88,7 @@ def parse_timestamp(text: str, year: int) -> Stamp | None:
         second = text[1]
         if second.isdigit() or second == " ":
             return _iso(text) or _mono(text) or _epoch(text)
-        if second in "IWEF":
+        if second in "IWEF" and text[2:3].isdigit():
             return _glog(text, year)
         return _ctime(text)
     if first.isdigit():

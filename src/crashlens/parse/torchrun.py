@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import regex
 
 _ENTRY = regex.compile(r"\[(?P<idx>\d+)\]:\s*$")
-_FIELD = regex.compile(r"\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)")
+_FIELD = regex.compile(
+    r"\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)"
+)
 _RANK = regex.compile(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
 _EXIT = regex.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
 _TIME = regex.compile(r"(\d{4})-(\d{2})-(\d{2})_(\d{2}):(\d{2}):(\d{2})")

@@ -22,7 +22,10 @@ _FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?
 _FAULT_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)')
 _RICH_FRAME = regex.compile(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
 _IPY_HEADER = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
-_IPY_FRAME = regex.compile(r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?|Cell In\[\d+\], line (?P<cline>\d+))")
+_IPY_FRAME = regex.compile(
+    r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
+    r"|Cell In\[\d+\], line (?P<cline>\d+))"
+)
 _EXC_LINE = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::[ ]?(?P<msg>.*))?")
 _RECORD_START = regex.compile(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"

@@ -32,7 +32,7 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping = loader.construct_mapping(node, deep=True)
+    mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))  # type: ignore[arg-type]
     mapping["__line__"] = node.start_mark.line + 1
     return mapping
 
@@ -94,7 +94,7 @@ def load_rule_file(path: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"cannot read rule file: {exc}", path=shown) from None
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

@@ -98,4 +98,3 @@ class RuleSet:
     def exception_detectors(self) -> list[tuple[Rule, Detector]]:
         """Detectors run on assembled tracebacks (exception text or whole traceback)."""
         return [(r, d) for r in self.rules for d in r.detectors if d.scope != "line"]
-

@@ -93,7 +93,10 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
             key, _, value = text[len(DIRECTIVE) :].partition(":")
             key = key.strip()
             if key == "source":
-                header.update(p.split("=", 1) for p in value.split() if "=" in p)
+                for part in value.split():
+                    name, eq, val = part.partition("=")
+                    if eq:
+                        header[name] = val
             elif key in ("ruleid", "ok"):
                 for rule_id in (v.strip() for v in value.split(",") if v.strip()):
                     if rule_id not in rules.by_id:

@@ -1,0 +1,130 @@
+"""The library API and the command line, end to end on real fixtures and small inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FIXTURES
+from crashlens import analyze
+from crashlens.cli import app, parse_skew
+
+runner = CliRunner()
+OOM_TB = (
+    "2024-05-01 03:14:00,000 INFO train: step 7 loss 1.2\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 40, in <module>\n'
+    "    loss.backward()\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    "total capacity of 79.15 GiB of which 1.00 GiB is free.\n"
+)
+
+
+def test_api_returns_a_report_that_renders(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(OOM_TB)
+    report = analyze(tmp_path)
+    assert report.primary is not None
+    assert report.primary.match.rule.cls == "cuda_oom"
+    data = json.loads(report.render("json"))
+    assert data["causes"][0]["evidence"][0]["line"] == 5
+    assert "CUDA out of memory" in report.render("text")
+    assert set(report.timeline.columns) >= {
+        "time", "time_inferred", "rank", "host", "pid", "source", "line", "kind", "signal", "text",
+    }  # fmt: skip
+
+
+def test_json_contract_keys() -> None:
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "gpu/nccl_timeout_cascade"), "-f", "json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert {"schema_version", "causes", "first_failure", "ranks", "inputs"} <= set(data)
+    top = data["causes"][0]
+    assert {"rule", "class", "title", "confidence", "severity", "ranks", "first_seen",
+            "evidence", "explains", "remediation"} <= set(top)  # fmt: skip
+    assert {"file", "line", "rank", "host", "time", "text"} <= set(top["evidence"][0])
+    assert {"rank", "host", "time", "file", "line"} <= set(data["first_failure"])
+    assert len(data["ranks"]) == 8
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    healthy = runner.invoke(app, ["analyze", str(FIXTURES / "gpu/healthy_run")])
+    assert healthy.exit_code == 0, healthy.output
+    assert "No failure found" in healthy.stdout
+    failed = runner.invoke(app, ["analyze", str(FIXTURES / "repro/host_oom")])
+    assert failed.exit_code == 1
+    missing = runner.invoke(app, ["analyze", str(tmp_path / "nothing-here")])
+    assert missing.exit_code == 2
+    assert "nothing readable" in missing.output
+    badfmt = runner.invoke(app, ["analyze", str(tmp_path), "-f", "yaml"])
+    assert badfmt.exit_code == 2
+
+
+def test_output_file_and_several_paths(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    a, b = FIXTURES / "repro/host_oom", FIXTURES / "gpu/cuda_oom_single"
+    result = runner.invoke(app, ["analyze", str(a), str(b), "-f", "json", "-o", str(out)])
+    assert result.exit_code == 1
+    data = json.loads(out.read_text())
+    assert len(data["inputs"]["files"]) == 2
+    assert {c["class"] for c in data["causes"]} >= {"cuda_oom", "host_oom"}
+
+
+def test_stdin_is_read(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashlens", "analyze", "-", "-f", "json"],
+        input=OOM_TB,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["causes"][0]["class"] == "cuda_oom"
+
+
+def test_bad_rule_file_is_one_clean_line(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "broken.yaml").write_text("id: broken\ntitle: x\nclass: not_a_class\nseverity: high\n"
+                                       "detectors:\n  a: 'x+'\n")  # fmt: skip
+    (tmp_path / "t.log").write_text("hello\n")
+    result = runner.invoke(app, ["analyze", str(tmp_path / "t.log"), "--rules", str(rules)])
+    assert result.exit_code == 2
+    assert "broken.yaml:1" in result.output and "not_a_class" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_user_rule_dir_adds_a_rule(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "my-error.yaml").write_text(
+        "id: my-error\ntitle: My framework's fatal error\nclass: user_code_error\n"
+        "severity: critical\ndetectors:\n  fatal: 'MYFW-FATAL code=(?P<code>\\d+)'\n"
+        "remediation: 'code {code}'\n"
+    )
+    (tmp_path / "t.log").write_text("2024-05-01 03:14:00,000 ERROR MYFW-FATAL code=42\n")
+    report = analyze([tmp_path / "t.log"], rules=[rules])
+    assert report.primary is not None and report.primary.rule_id == "my-error"
+    assert report.primary.remediation == "code 42"
+
+
+def test_skew_option_parsing() -> None:
+    assert parse_skew(["node-02=+2.5s", "node-03=-300ms"]) == {"node-02": 2.5, "node-03": -0.3}
+    with pytest.raises(Exception):
+        parse_skew(["nonsense"])
+
+
+def test_skew_reorders_first_failure(tmp_path: Path) -> None:
+    # node-2 clock runs 10 s ahead: its OOM at 03:14:05 really happened at 03:13:55.
+    a, b = tmp_path / "node-1", tmp_path / "node-2"
+    a.mkdir(), b.mkdir()
+    (a / "rank_0.log").write_text(OOM_TB.replace("03:14:00", "03:14:00"))
+    (b / "rank_1.log").write_text(OOM_TB.replace("03:14:00", "03:14:05"))
+    plain = analyze([tmp_path])
+    assert plain.first_failure is not None and plain.first_failure.rank == 0
+    skewed = analyze([tmp_path], skew={"node-2": 10.0})
+    assert skewed.first_failure is not None and skewed.first_failure.rank == 1

@@ -1,0 +1,88 @@
+"""Ingest: compression, binary sniffing, decoding, line splitting, path attribution."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+from pathlib import Path
+
+import pytest
+
+from crashlens.ingest.discover import attribute, discover
+from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, open_text, sniff
+
+LOG = "2024-05-01 03:14:00,000 INFO a\n2024-05-01 03:14:01,000 INFO b\n"
+
+
+@pytest.mark.parametrize("opener", [gzip.compress, bz2.compress, lzma.compress])
+def test_compressed_logs_are_read_transparently(tmp_path: Path, opener) -> None:
+    path = tmp_path / "rank_0.log.any"
+    path.write_bytes(opener(LOG.encode()))
+    assert [t for _, t in open_text(path)] == LOG.splitlines()
+
+
+def test_binary_files_are_refused() -> None:
+    with pytest.raises(NotText):
+        sniff(b"\x7fELF\x02\x01\x01" + b"\x00" * 100)
+    with pytest.raises(NotText):
+        sniff(bytes(range(256)) * 4)
+
+
+def test_utf16_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "win.log"
+    path.write_bytes(LOG.encode("utf-16"))
+    assert [t for _, t in open_text(path)] == LOG.splitlines()
+
+
+def test_invalid_utf8_crlf_and_carriage_returns() -> None:
+    data = b"ok\r\nbad \xff byte\r\n 10%|#  | 1/10\r 50%|##  | 5/10\rRuntimeError: x\n"
+    lines = list(iter_lines(io.BytesIO(data)))
+    assert lines[0] == (1, "ok")
+    assert lines[1] == (2, "bad \ufffd byte")
+    # tqdm states split on bare \r, all on physical line 3
+    assert [n for n, _ in lines[2:]] == [3, 3, 3]
+    assert lines[-1] == (3, "RuntimeError: x")
+
+
+def test_huge_line_is_truncated_without_losing_line_numbers() -> None:
+    data = b"first\n" + b"x" * (5 * MAX_LINE + 3 * (1 << 20)) + b"\nlast\n"
+    lines = list(iter_lines(io.BytesIO(data)))
+    assert [n for n, _ in lines] == [1, 2, 3]
+    assert len(lines[1][1]) < MAX_LINE + 100
+    assert lines[2] == (3, "last")
+
+
+@pytest.mark.parametrize(
+    ("path", "rank", "local", "host", "kind"),
+    [
+        ("job/rank_3.log", 3, None, None, "worker"),
+        ("job/rank3/stdout.txt", 3, None, None, "worker"),
+        ("job/node-2/worker.log", None, None, "node-2", "worker"),
+        ("logs/none_ab12/attempt_0/3/stderr.log", 3, 3, None, "worker"),
+        ("node-02/logs/none_ab12/attempt_0/1/stderr.log", None, 1, "node-02", "worker"),
+        ("slurm-48213_5.out", 5, None, None, "worker"),
+        ("node-01/dmesg.txt", None, None, "node-01", "kernel"),
+        ("var/log/kern.log", None, None, None, "kernel"),
+        ("logs/attempt_0/2/error.json", 2, 2, None, "errorfile"),
+        ("dmesg-node-02.txt", None, None, "node-02", "kernel"),
+    ],
+)
+def test_attribution_from_path(path, rank, local, host, kind) -> None:
+    src = attribute(path)
+    assert (src.rank, src.local_rank, src.host, src.kind) == (rank, local, host, kind)
+
+
+def test_discover_walks_sorted_and_notes_what_it_skips(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "rank_1.log").write_text("x\n")
+    (tmp_path / "a.log").write_text("x\n")
+    (tmp_path / "README.md").write_text("# notes\n")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    found = {c.display.rsplit("/", 1)[-1]: c.skipped for c in discover([tmp_path])}
+    assert found["a.log"] is None and found["rank_1.log"] is None
+    assert found["README.md"] is not None and "not a log" in found["README.md"]
+    assert found["dangling"] == "broken symlink"
+    missing = list(discover([tmp_path / "nope"]))
+    assert missing[0].skipped == "no such file or directory"

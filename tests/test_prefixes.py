@@ -1,0 +1,53 @@
+"""Launcher prefixes are stripped and remembered, and ambiguous styles are only used when sniffed."""
+
+from __future__ import annotations
+
+from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, sniff_style, strip
+
+
+def test_torchrun_tee_and_excepthook_prefixes_stack() -> None:
+    text, p = strip("[default1]:[rank5]: Traceback (most recent call last):", PrefixStyle())
+    assert text == "Traceback (most recent call last):"
+    assert (p.local_rank, p.rank) == (1, 5)
+
+
+def test_rank_prefix_keeps_indentation_of_frames() -> None:
+    text, p = strip('[rank3]:   File "train.py", line 3, in <module>', PrefixStyle())
+    assert text == '  File "train.py", line 3, in <module>'
+    assert p.rank == 3
+
+
+def test_c10d_log_prefix_is_not_mistaken_for_a_role() -> None:
+    text, p = strip("[rank0]:[E501 03:24:01.123456789 ProcessGroupNCCL.cpp:629] x", PrefixStyle())
+    assert text.startswith("[E501 03:24:01")
+    assert p.rank == 0
+
+
+def test_openmpi_tag_output() -> None:
+    text, p = strip("[1,3]<stderr>:RuntimeError: boom", PrefixStyle())
+    assert (text, p.rank) == ("RuntimeError: boom", 3)
+
+
+def test_srun_label_only_when_sniffed() -> None:
+    head = ["0: step 1", "1: step 1", " 0: step 2", "1: step 2"]
+    style = sniff_style(head)
+    assert style.srun
+    assert strip("3: hello", style) == ("hello", strip("3: hello", style)[1])
+    assert strip("3: hello", style)[1].rank == 3
+    plain = sniff_style(["step 1 loss 2", "12: not a label", "done"])
+    assert not plain.srun
+    assert strip("12: not a label", plain)[0] == "12: not a label"
+
+
+def test_pdsh_host_prefix() -> None:
+    style = sniff_style(["node-01: a", "node-02: b", "node-01: c"])
+    assert style.pdsh
+    text, p = strip("node-02: [rank6]: RuntimeError: x", style)
+    assert (text, p.host, p.rank) == ("RuntimeError: x", "node-02", 6)
+
+
+def test_nccl_origin() -> None:
+    origin = nccl_origin("node-01:73342:73383 [2] NCCL INFO Using network IB")
+    assert origin is not None
+    assert (origin.host, origin.pid) == ("node-01", 73342)
+    assert nccl_origin("plain line") is None

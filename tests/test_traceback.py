@@ -1,0 +1,126 @@
+"""Traceback assembly: chains, embedded worker tracebacks, interleaved ranks, truncation."""
+
+from __future__ import annotations
+
+from crashlens.parse.traceback import TracebackAssembler
+
+
+def assemble(text: str) -> TracebackAssembler:
+    asm = TracebackAssembler()
+    for i, line in enumerate(text.splitlines(), 1):
+        asm.feed(i, line)
+    asm.close()
+    return asm
+
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "/site-packages/torch/utils/data/dataloader.py", line 1251, in _try_get_data
+    data = self._data_queue.get(timeout=timeout)
+RuntimeError: DataLoader worker (pid 4971) is killed by signal: Killed.
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/home/u/train.py", line 40, in <module>
+    for batch in loader:
+RuntimeError: DataLoader worker (pid(s) 4971) exited unexpectedly
+2024-05-01 03:14:00,000 INFO next record
+"""
+
+
+def test_chained_exceptions_form_one_traceback() -> None:
+    asm = assemble(CHAINED)
+    assert len(asm.done) == 1
+    tb = asm.done[0]
+    types = [(e.type, e.lineno) for e in tb.exceptions]
+    assert types == [("RuntimeError", 4), ("RuntimeError", 11)]
+    assert "killed by signal" in tb.exceptions[0].message
+    assert tb.exceptions[1].frames[0].user_code
+    assert not tb.exceptions[0].frames[0].user_code
+
+
+def test_during_handling_chain() -> None:
+    text = CHAINED.replace(
+        "The above exception was the direct cause of the following exception:",
+        "During handling of the above exception, another exception occurred:",
+    )
+    assert len(assemble(text).done[0].exceptions) == 2
+
+
+def test_embedded_worker_traceback_stays_in_the_message() -> None:
+    text = """\
+Traceback (most recent call last):
+  File "/home/u/train.py", line 9, in <module>
+    batch = next(it)
+json.decoder.JSONDecodeError: Caught JSONDecodeError in DataLoader worker process 0.
+Original Traceback (most recent call last):
+  File "/site-packages/torch/utils/data/_utils/worker.py", line 349, in _worker_loop
+    data = fetcher.fetch(index)
+json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 19 (char 18)
+
+2024-05-01 03:14:00,000 INFO after
+"""
+    tb = assemble(text).done[0]
+    assert len(tb.exceptions) == 1
+    exc = tb.exceptions[0]
+    assert exc.type == "json.decoder.JSONDecodeError"
+    assert "Expecting ',' delimiter" in exc.message
+
+
+def test_truncated_traceback_is_still_reported() -> None:
+    # A log cut off in the middle of the exception message (the job was killed mid-write).
+    text = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n    x()\nValueError: bad va'
+    tb = assemble(text).done
+    assert tb and (tb[0].exceptions[0].type, tb[0].exceptions[0].message) == ("ValueError", "bad va")
+
+
+def test_header_without_exception_yields_nothing() -> None:
+    assert assemble('Traceback (most recent call last):\n  File "a.py", line 1, in f').done == []
+
+
+def test_multiline_message_ends_at_next_record() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "t.py", line 1, in f\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "2024-05-01 03:14:00,000 INFO unrelated\n"
+    )
+    exc = assemble(text).done[0].exceptions[0]
+    assert "CUDA_LAUNCH_BLOCKING" in exc.message
+    assert "unrelated" not in exc.message
+
+
+def test_rich_and_ipython_and_faulthandler() -> None:
+    rich = (
+        "╭───── Traceback (most recent call last) ─────╮\n"
+        "│ /home/u/train.py:12 in main                 │\n"
+        "╰─────────────────────────────────────────────╯\n"
+        "ValueError: bad config\n"
+    )
+    tb = assemble(rich).done[0]
+    assert tb.exceptions[0].type == "ValueError"
+    assert tb.exceptions[0].frames[0].file == "/home/u/train.py"
+    ipy = (
+        "---------------------------------------------------------------------------\n"
+        "ZeroDivisionError                         Traceback (most recent call last)\n"
+        "Cell In[1], line 1\n"
+        "----> 1 1/0\n"
+        "\n"
+        "ZeroDivisionError: division by zero\n"
+    )
+    assert assemble(ipy).done[0].exceptions[0].message == "division by zero"
+    fault = (
+        "Fatal Python error: Segmentation fault\n"
+        "\n"
+        "Current thread 0x00007f2d (most recent call first):\n"
+        '  File "/home/u/data.py", line 44 in _worker\n'
+        "\n"
+        "Extension modules: numpy.core._multiarray_umath (total: 1)\n"
+        "2024-05-01 03:14:00,000 INFO after\n"
+    )
+    tb = assemble(fault).done[0]
+    assert tb.exceptions[0].type == "Fatal Python error"
+    assert tb.exceptions[0].frames[0].function == "_worker"
