@@ -9,6 +9,7 @@ kill explaining "DataLoader worker killed") absorbs it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ class FirstFailure:
     text: str
     kind: Literal["crash", "hang", "unknown"] = "crash"
     rule_id: str | None = None
+    time_inferred: bool = False
 
 
 @dataclass(slots=True)
@@ -130,23 +132,15 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     first = first_failure(matches, timeline)
     causes = [Cause(m, "cause") for m in matches if m.rule.kind == "cause"]
     symptoms = [Cause(m, "symptom") for m in matches if m.rule.kind == "symptom"]
-    causes.sort(key=lambda c: _time_key(c.first_seen))
-    absorbed: set[str] = set()
-    for cause in causes:
-        if cause.rule_id in absorbed:
-            continue
-        for other in [*causes, *symptoms]:
-            if other is cause or other.rule_id in absorbed:
-                continue
-            if _explains(cause, other):
-                cause.explains.append(_explained(other.match))
-                absorbed.add(other.rule_id)
+    absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
     # A handled exception that was logged and retried is not the crash.
     kept = [c for c in kept if not _handled_only(c.match)]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
     for c in kept:
         c.confidence = _score(c, first)
+        if first is not None and any(e.rule_id == first.rule_id for e in c.explains):
+            c.confidence = _score(c, first, at_first=True)
     for s in loose:
         s.confidence = round(_score(s, first) * (SYMPTOM_FACTOR if kept else 1.0), 2)
     kept.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
@@ -161,14 +155,38 @@ def _handled_only(m: Match) -> bool:
 
 
 def _with_rule(first: FirstFailure, cause: Cause) -> FirstFailure:
-    return FirstFailure(
-        first.rank, first.host, first.time, first.file, first.line, first.text, first.kind,
-        cause.rule_id,
-    )  # fmt: skip
+    return dataclasses.replace(first, rule_id=cause.rule_id)
 
 
 def _time_key(t: float | None) -> float:
     return t if t is not None else math.inf
+
+
+def attribute_symptoms(causes: list[Cause], symptoms: list[Cause]) -> set[str]:
+    """Attach every finding some cause explains to its root cause; return the absorbed ids.
+
+    Explanation is transitive (an OOM kill explains "worker killed", which explains "worker
+    exited"), so each root collects everything reachable from it. When two causes explain
+    each other, the earlier one is the root.
+    """
+    everything = [*causes, *symptoms]
+    edges = {id(c): [o for o in everything if o is not c and _explains(c, o)] for c in causes}
+    explained_by = {id(o) for c in causes for o in edges[id(c)]}
+    ordered = sorted(causes, key=lambda c: (_time_key(c.first_seen), -c.match.rule.weight))
+    roots = [c for c in ordered if id(c) not in explained_by]
+    if not roots and ordered:
+        roots = [ordered[0]]
+    absorbed: set[str] = set()
+    for root in roots:
+        queue = list(edges[id(root)])
+        while queue:
+            other = queue.pop(0)
+            if other.rule_id in absorbed or other is root or other in roots:
+                continue
+            absorbed.add(other.rule_id)
+            root.explains.append(_explained(other.match))
+            queue.extend(edges.get(id(other), []))
+    return absorbed
 
 
 def _explains(cause: Cause, other: Cause) -> bool:
@@ -176,7 +194,15 @@ def _explains(cause: Cause, other: Cause) -> bool:
     if not rule.explains_target(other.rule_id, other.match.rule.cls):
         return False
     mine, theirs = cause.first_seen, other.first_seen
-    return mine is None or theirs is None or theirs >= mine - CAUSALITY_SLACK_S
+    if mine is None or theirs is None or _inferred_first(other.match):
+        # An inferred time is only a lower bound (the last timestamp printed before the line).
+        return True
+    return theirs >= mine - CAUSALITY_SLACK_S
+
+
+def _inferred_first(m: Match) -> bool:
+    timed = [h.evidence for h in m.hits if h.evidence.time is not None]
+    return bool(timed) and min(timed, key=lambda e: e.time or 0.0).time_inferred
 
 
 def _explained(m: Match) -> Explained:
@@ -190,7 +216,7 @@ def _explained(m: Match) -> Explained:
     )
 
 
-def _score(cause: Cause, first: FirstFailure | None) -> float:
+def _score(cause: Cause, first: FirstFailure | None, *, at_first: bool = False) -> float:
     m = cause.match
     fatal_values = [h.fatal for h in m.hits]
     if any(v is True for v in fatal_values):
@@ -199,7 +225,7 @@ def _score(cause: Cause, first: FirstFailure | None) -> float:
         fatal_factor = HANDLED_FACTOR
     else:
         fatal_factor = NEUTRAL_FACTOR
-    at_first = first is None or _at_first_failure(m, first)
+    at_first = at_first or first is None or _at_first_failure(m, first)
     score = m.rule.weight * fatal_factor * (1.0 if at_first else LATER_FACTOR)
     if m.rule.fallback:
         score *= FALLBACK_FACTOR
@@ -239,7 +265,10 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
         tb = fatal_tbs[0]
         final = tb.final
         text = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
-        return FirstFailure(tb.rank, tb.host, tb.time, tb.source.path, final.lineno, text, "crash")
+        return FirstFailure(
+            tb.rank, tb.host, tb.time, tb.source.path, final.lineno, text, "crash", None,
+            tb.time_inferred,
+        )  # fmt: skip
     culprit = hang_culprit(matches, timeline)
     if culprit is not None:
         return culprit
@@ -264,7 +293,9 @@ def _earliest(evidence: object) -> Evidence | None:
 def _first(
     ev: Evidence, kind: Literal["crash", "hang", "unknown"], rule_id: str | None
 ) -> FirstFailure:
-    return FirstFailure(ev.rank, ev.host, ev.time, ev.file, ev.line, ev.text, kind, rule_id)
+    return FirstFailure(
+        ev.rank, ev.host, ev.time, ev.file, ev.line, ev.text, kind, rule_id, ev.time_inferred
+    )
 
 
 def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | None:

@@ -147,6 +147,7 @@ def _first(ff: FirstFailure | None) -> dict[str, Any] | None:
         "rank": ff.rank,
         "host": ff.host,
         "time": iso(ff.time),
+        "time_inferred": ff.time_inferred,
         "file": ff.file,
         "line": ff.line,
         "kind": ff.kind,

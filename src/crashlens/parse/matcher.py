@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
-
-import regex
 
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
@@ -27,11 +26,13 @@ class LineMatcher:
             for lit in det.literals:
                 key = lit.lower() if det.ignore_case else lit
                 index.setdefault(key, []).append((rule, det))
-        parts = [regex.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
+        # The prefilter is pure literals, so the stdlib engine (faster on literal alternations,
+        # and linear for them) runs it; detectors run on the `regex` engine with a time limit.
+        parts = [re.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
         parts += [
-            f"(?i:{regex.escape(lit)})" for lit in sorted(self.by_literal_ci, key=len, reverse=True)
+            f"(?i:{re.escape(lit)})" for lit in sorted(self.by_literal_ci, key=len, reverse=True)
         ]
-        self.prefilter = regex.compile("|".join(parts)) if parts else None
+        self.prefilter = re.compile("|".join(parts)) if parts else None
         self.timeouts: dict[str, int] = {}
 
     def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:

@@ -180,6 +180,10 @@ class FileParser:
 
     def _stream(self, rank: int | None, local: int | None, host: str | None) -> _Stream:
         key: tuple[Any, ...]
+        src = self.source
+        if local is None and rank is not None and rank == src.rank and host in (None, src.host):
+            # ``[rank3]:`` lines in rank 3's own file are the same writer as its plain lines.
+            rank, host = None, None
         if local is not None:
             key = ("L", local, host)
         elif rank is not None:
@@ -188,7 +192,6 @@ class FileParser:
             key = ("H", host)
         stream = self.streams.get(key)
         if stream is None:
-            src = self.source
             stream = _Stream(
                 source=src,
                 rank=rank if rank is not None else (src.rank if local is None else None),

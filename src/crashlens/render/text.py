@@ -32,6 +32,12 @@ def clean(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+def reflow(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph so the terminal wraps them once."""
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
 def render(report: Report, *, color: bool = False, width: int = 100, **_: Any) -> str:
     """Render the report for a terminal (``color=False`` gives plain text)."""
     buf = io.StringIO()
@@ -61,6 +67,8 @@ def renderables(report: Report) -> list[RenderableType]:
         where = f"rank {ff.rank}" if ff.rank is not None else "the process"
         host = f" on {ff.host}" if ff.host else ""
         when = f" at {iso(ff.time)}" if ff.time is not None else ""
+        if when and ff.time_inferred:
+            when += " (time inferred from the previous timestamped line)"
         line = Text(f"First failure: {where}{host}{when} ({ff.file}:{ff.line})\n  ", "bold")
         line.append(clean(ff.text), "red")
         out.append(line)
@@ -97,7 +105,7 @@ def _cause_panel(i: int, cause: Cause) -> Panel:
             parts.append(Text(f"  - {e.title} [{e.rule_id}] x{e.count}{where}"))
     if cause.remediation:
         parts.append(Text("Remediation:", "bold"))
-        parts.append(Text(clean(cause.remediation)))
+        parts.append(Text(clean(reflow(cause.remediation))))
     kind = "cause" if cause.kind == "cause" else "symptom (no root cause visible)"
     title = Text(f"#{i} {rule.title} — {kind}")
     color = "red" if cause.kind == "cause" and i == 1 else "yellow"
