@@ -14,6 +14,9 @@ from crashlens import __version__
 from crashlens.api import analyze as run_analysis
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import FORMATS
+from crashlens.rulebase import RuleSet, default_rules_dir, load_rules
+from crashlens.rulebase.lint import lint
+from crashlens.rulebase.testing import fixture_files, run_fixture
 
 app = typer.Typer(
     name="crashlens",
@@ -115,6 +118,72 @@ def analyze(
     else:
         sys.stdout.write(text)
     raise typer.Exit(int(ExitCode.FAILURE_FOUND if report.failed else ExitCode.OK))
+
+
+rules_app = typer.Typer(help="List, show, lint and test rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+RulesOption = Annotated[
+    list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")
+]
+
+
+def _load(rules: list[Path] | None) -> RuleSet:
+    try:
+        return load_rules(list(rules or []))
+    except CrashlensError as exc:
+        _fail(str(exc))
+
+
+@rules_app.command("list")
+def rules_list(rules: RulesOption = None) -> None:
+    """List every rule: id, class, kind, severity, title."""
+    for rule in sorted(_load(rules).rules, key=lambda r: (r.cls, r.id)):
+        typer.echo(f"{rule.id:32} {rule.cls:26} {rule.kind:8} {rule.severity:9} {rule.title}")
+
+
+@rules_app.command("show")
+def rules_show(rule_id: str, rules: RulesOption = None) -> None:
+    """Print a rule's YAML file."""
+    ruleset = _load(rules)
+    rule = ruleset.by_id.get(rule_id)
+    if rule is None:
+        _fail(f"no rule '{rule_id}' (see `crashlens rules list`)")
+    typer.echo(f"# {rule.path}")
+    typer.echo(Path(rule.path).read_text(encoding="utf-8"), nl=False)
+
+
+@rules_app.command("lint")
+def rules_lint(rules: RulesOption = None) -> None:
+    """Check rules for problems loading does not catch; exit 1 if any."""
+    issues = lint(_load(rules))
+    for issue in issues:
+        typer.echo(str(issue))
+    typer.echo(f"{len(issues)} issue(s)", err=True)
+    raise typer.Exit(1 if issues else 0)
+
+
+@rules_app.command("test")
+def rules_test(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Rule directory with fixtures (default: bundled).")
+    ] = None,
+) -> None:
+    """Run every rule's annotated fixtures (#! ruleid / #! ok markers); exit 1 on failure."""
+    root = directory or default_rules_dir()
+    ruleset = _load([root] if directory else [])
+    failed = 0
+    files = fixture_files(root)
+    for path in files:
+        try:
+            problems = run_fixture(path, ruleset).problems()
+        except CrashlensError as exc:
+            problems = [str(exc)]
+        for problem in problems:
+            typer.echo(f"FAIL {path}: {problem}")
+        failed += bool(problems)
+    typer.echo(f"{len(files) - failed} passed, {failed} failed", err=True)
+    raise typer.Exit(1 if failed else 0)
 
 
 def main() -> None:

@@ -1,0 +1,57 @@
+"""`crashlens rules list|show|lint|test` on the bundled rules and on a small user rule dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from crashlens.cli import app
+from crashlens.rulebase import load_rules
+from crashlens.rulebase.lint import lint
+
+runner = CliRunner()
+
+RULE = """\
+id: my-rule
+title: My rule
+class: user_code_error
+severity: high
+detectors:
+  a: 'MYFW-FATAL code=(?P<code>\\d+)'
+  b:
+    regex: '\\d+\\s+\\w+'
+remediation: fix it
+references: [https://example.invalid/doc]
+"""
+
+
+def test_list_and_show() -> None:
+    listed = runner.invoke(app, ["rules", "list"])
+    assert listed.exit_code == 0
+    assert len(listed.stdout.splitlines()) == len(load_rules().rules) >= 40
+    shown = runner.invoke(app, ["rules", "show", "cuda-oom"])
+    assert shown.exit_code == 0 and "id: cuda-oom" in shown.stdout
+    assert runner.invoke(app, ["rules", "show", "no-such-rule"]).exit_code == 2
+
+
+def test_bundled_rules_lint_clean_and_pass_their_fixtures() -> None:
+    assert lint(load_rules()) == []
+    result = runner.invoke(app, ["rules", "test"])
+    assert result.exit_code == 0, result.output
+
+
+def test_lint_and_test_catch_problems(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    (rules / "my-rule").mkdir(parents=True)
+    (rules / "my-rule.yaml").write_text(RULE)
+    (rules / "my-rule" / "positive.log").write_text(
+        "#! ruleid: my-rule\n2024-05-01 03:14:00,000 ERROR MYFW-FATAL code=42\n"
+        "#! ok: my-rule\nMYFW-FATAL code=7\n"
+    )
+    linted = runner.invoke(app, ["rules", "lint", "--rules", str(rules)])
+    assert linted.exit_code == 1
+    assert "detector 'b' has no literal anchor" in linted.stdout
+    tested = runner.invoke(app, ["rules", "test", str(rules)])
+    assert tested.exit_code == 1
+    assert "unexpected match on line(s) [2]" in tested.stdout
