@@ -74,6 +74,7 @@ def analyze(
         inputs=inputs,
         notes=notes,
         timeline=timeline.frame,
+        tracebacks=timeline.tracebacks,
         rules_loaded=len(ruleset.rules),
         tool_version=__version__,
     )

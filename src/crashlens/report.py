@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from crashlens.model import Evidence, InputFile, RankSummary
+from crashlens.model import Evidence, InputFile, RankSummary, Traceback
 from crashlens.rank import Cause, FirstFailure
 
 SCHEMA_VERSION = 1
@@ -35,6 +35,7 @@ class Report:
     inputs: list[InputFile]
     notes: list[str]
     timeline: pd.DataFrame = field(repr=False)
+    tracebacks: list[Traceback] = field(default_factory=list, repr=False)
     rules_loaded: int = 0
     tool_version: str = ""
 

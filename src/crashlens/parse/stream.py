@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,20 @@ _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
+
+
+def _stamp_setter(target: _PendingHit | PartialTraceback) -> Callable[[float], None]:
+    def settle(t: float) -> None:
+        target.stamp = (t, True)
+
+    return settle
+
+
+def _time_setter(target: _DoneTraceback) -> Callable[[float], None]:
+    def settle(t: float) -> None:
+        target.time, target.inferred = t, True
+
+    return settle
 
 
 @dataclass(slots=True)
@@ -90,6 +105,8 @@ class _Stream:
     tb_open_hits: list[_PendingHit] = field(default_factory=list)
     tb_done: list[_DoneTraceback] = field(default_factory=list)
     watch: _DoneTraceback | None = None
+    #: Findings with no earlier timestamp in their stream, waiting for the next one.
+    untimed: list[Callable[[float], None]] = field(default_factory=list)
     pids: set[int] = field(default_factory=set)
 
 
@@ -168,8 +185,15 @@ class FileParser:
                 stream.watch.later.append(later)
         if self.source.kind == "kernel" and self.mono_offset is None:
             self._learn_monotonic(text)
+        if stream.untimed:
+            self._settle_untimed(stream, text)
         stream.summary.feed(lineno, text)
         in_tb = stream.assembler.feed(lineno, text)
+        current = stream.assembler.current
+        if current is not None and current.stamp is None:
+            current.stamp = self._time_of(stream, lineno, text)
+            if current.stamp[0] is None:
+                stream.untimed.append(_stamp_setter(current))
         if stream.assembler.done:
             self._complete_tracebacks(stream)
         matches = self.matcher.match(text, self.source.kind)
@@ -268,22 +292,49 @@ class FileParser:
             fields=fields,
             lineno=lineno,
             text=text[:MAX_EVIDENCE_TEXT],
-            stamp=self._time_of(stream, lineno, text),
+            stamp=self._hit_time(stream, lineno, text, in_tb),
             context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
             stream=stream,
             rank_override=stream.summary.current_rank,
         )
         if in_tb and stream.assembler.current is not None:
             pending.tb = stream.assembler.current
+        if pending.stamp[0] is None:
+            stream.untimed.append(_stamp_setter(pending))
         self.hits.append(pending)
+
+    def _settle_untimed(self, stream: _Stream, text: str) -> None:
+        """Give untimed findings the first later timestamp of their stream (an upper bound).
+
+        A rank that never logged a timestamp before dying (only rank 0 logs steps) still gets
+        the time of the first stamped line after its traceback, e.g. c10d's teardown warning.
+        """
+        later = self._stamp(text)
+        if later is None:
+            return
+        for settle in stream.untimed:
+            settle(later)
+        stream.untimed.clear()
+
+    def _hit_time(
+        self, stream: _Stream, lineno: int, text: str, in_tb: bool
+    ) -> tuple[float | None, bool]:
+        """A line's time; inside a traceback, the traceback's (its lines carry none)."""
+        current = stream.assembler.current
+        if in_tb and current is not None and current.stamp is not None:
+            own = self._stamp(text)
+            return (own, False) if own is not None else (current.stamp[0], True)
+        return self._time_of(stream, lineno, text)
 
     def _complete_tracebacks(self, stream: _Stream) -> None:
         for tb in stream.assembler.done:
             start_text = tb.text[0] if tb.text else ""
-            when, inferred = self._time_of(stream, tb.start_line, start_text)
+            when, inferred = tb.stamp or self._time_of(stream, tb.start_line, start_text)
             done = _DoneTraceback(tb, stream.lines, when, inferred)
             stream.tb_done.append(done)
             stream.watch = done
+            if when is None:
+                stream.untimed.append(_time_setter(done))
             self._exception_hits(stream, tb, when, inferred)
         stream.assembler.done.clear()
 
@@ -306,19 +357,20 @@ class FileParser:
                     continue
                 first_line = target.split("\n", 1)[0]
                 self.hit_counts[rule.id] = self.hit_counts.get(rule.id, 0) + 1
-                self.hits.append(
-                    _PendingHit(
-                        rule=rule,
-                        det=det,
-                        fields={k: v for k, v in found.groupdict().items() if v is not None},
-                        lineno=lineno,
-                        text=first_line[:MAX_EVIDENCE_TEXT],
-                        stamp=(when, inferred),
-                        context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
-                        stream=stream,
-                        tb=tb,
-                    )
+                pending = _PendingHit(
+                    rule=rule,
+                    det=det,
+                    fields={k: v for k, v in found.groupdict().items() if v is not None},
+                    lineno=lineno,
+                    text=first_line[:MAX_EVIDENCE_TEXT],
+                    stamp=(when, inferred),
+                    context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
+                    stream=stream,
+                    tb=tb,
                 )
+                self.hits.append(pending)
+                if when is None:
+                    stream.untimed.append(_stamp_setter(pending))
                 break
 
     # -- end of file --------------------------------------------------------------------

@@ -60,6 +60,8 @@ class PartialTraceback:
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
     last_line: int = 0
+    #: Time of the header line (own or inferred), fixed when the traceback starts.
+    stamp: tuple[float | None, bool] | None = None
 
     def add_text(self, text: str) -> None:
         self.line_count += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from crashlens.render import json_format, text
+from crashlens.render import ci, html, json_format, markdown, slack, text
 
 if TYPE_CHECKING:
     from crashlens.report import Report
@@ -15,6 +15,11 @@ Renderer = Callable[..., str]
 FORMATS: dict[str, Renderer] = {
     "text": text.render,
     "json": json_format.render,
+    "html": html.render,
+    "markdown": markdown.render,
+    "slack": slack.render,
+    "github": ci.render_github,
+    "junit": ci.render_junit,
 }
 
 

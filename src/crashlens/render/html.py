@@ -123,7 +123,7 @@ def _ff_time(report: Report) -> str:
     ff = report.first_failure
     assert ff is not None
     if ff.time is not None:
-        return _when(ff.time, inferred=False)
+        return _when(ff.time, inferred=bool(getattr(ff, "time_inferred", False)))
     frame = report.timeline
     same = frame[(frame["source"] == ff.file) & (frame["line"] == ff.line)]
     times = [t for t in (_ts(x) for x in same["time"]) if t is not None]
@@ -142,7 +142,10 @@ def _when(t: float | None, *, inferred: bool) -> str:
 
 def _causes(report: Report) -> str:
     if not report.causes:
-        return '<section class="card"><h2>Causes</h2><p>No failure was found in the logs.</p></section>'
+        return (
+            '<section class="card"><h2>Causes</h2>'
+            "<p>No failure was found in the logs.</p></section>"
+        )
     items = "\n".join(_cause(i, c) for i, c in enumerate(report.causes, 1))
     return f'<section>\n<h2 class="out">Ranked causes</h2>\n{items}\n</section>'
 
@@ -294,7 +297,7 @@ def _tracebacks(report: Report) -> str:
         host = _opt_str(row.host)
         t = _ts(row.time)
         who = f"rank {rank}" if rank is not None else (f"{host} launcher" if host else LAUNCHER)
-        lines = context.get((str(row.source), int(row.line)), ())
+        lines = context.get((str(row.source), _int(row.line)), ())
         body = "".join(f'<span class="ctx">{esc(x)}</span>\n' for x in lines)
         items.append(
             f"<details><summary><b>{esc(row.signal)}</b> · {esc(who)} · "
@@ -348,7 +351,9 @@ def _inventory(report: Report) -> str:
     start, end = _span(report)
     span = "unknown"
     if start is not None and end is not None:
-        span = f"{_when(start, inferred=False)} → {_when(end, inferred=False)} ({_dur(end - start)})"
+        span = (
+            f"{_when(start, inferred=False)} → {_when(end, inferred=False)} ({_dur(end - start)})"
+        )
     facts = [
         ("Files read", str(len(read))),
         ("Bytes", f"{sum(f.bytes for f in read):,}"),
@@ -362,12 +367,8 @@ def _inventory(report: Report) -> str:
         f"<td class='n'>{f.bytes:,}</td><td class='n'>{f.lines:,}</td></tr>"
         for f in read
     )
-    skip_rows = "".join(
-        f"<li><code>{esc(f.path)}</code>: {esc(f.skipped)}</li>" for f in skipped
-    )
-    notes = "".join(
-        f"<li>{esc(n)}</li>" for n in report.notes if not n.startswith("skipped ")
-    )
+    skip_rows = "".join(f"<li><code>{esc(f.path)}</code>: {esc(f.skipped)}</li>" for f in skipped)
+    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes if not n.startswith("skipped "))
     return (
         '<section class="card">\n<h2>Inputs</h2>\n'
         f'<dl class="facts">{cells}</dl>\n'
@@ -409,26 +410,30 @@ def _dur(seconds: float) -> str:
 # --- value helpers (pandas missing values are NA, NaT or NaN depending on the dtype) ----------
 
 
-def _missing(value: object) -> bool:
+def _missing(value: Any) -> bool:
     try:
-        return bool(pd.isna(value))  # type: ignore[arg-type]
+        return bool(pd.isna(value))
     except (TypeError, ValueError):
         return False
 
 
-def _opt_int(value: object) -> int | None:
-    return None if value is None or _missing(value) else int(value)  # type: ignore[call-overload]
+def _opt_int(value: Any) -> int | None:
+    return None if value is None or _missing(value) else int(value)
 
 
-def _opt_str(value: object) -> str | None:
+def _int(value: Any) -> int:
+    return int(value)
+
+
+def _opt_str(value: Any) -> str | None:
     return None if value is None or _missing(value) or value == "" else str(value)
 
 
-def _ts(value: object) -> float | None:
+def _ts(value: Any) -> float | None:
     """A frame time (naive UTC ``Timestamp``) as POSIX seconds."""
     if value is None or _missing(value):
         return None
-    stamp = pd.Timestamp(value)  # type: ignore[arg-type]
+    stamp = pd.Timestamp(value)
     return float(stamp.value) / 1e9
 
 
@@ -501,7 +506,7 @@ def _marks(report: Report, rank_lane: dict[int, int], other_lane: dict[str, int]
     for row in report.timeline.itertuples(index=False):
         rank = _opt_int(row.rank)
         lane = rank_lane[rank] if rank is not None else other_lane[_opt_str(row.host) or LAUNCHER]
-        grouped[(str(row.source), int(row.line), lane)].append(row)
+        grouped[(str(row.source), _int(row.line), lane)].append(row)
     marks = []
     for (source, line, lane), rows in grouped.items():
         signals = {str(r.signal) for r in rows}
@@ -640,7 +645,8 @@ def _lane_rows(
         out.append(
             f'<rect x="0" y="{y:.1f}" width="{right:.1f}" height="{lane_h:.2f}" class="{cls}"/>'
         )
-        if i % every == 0 or i == ff_lane or label.startswith("launcher"):
+        near_ff = ff_lane >= 0 and i != ff_lane and abs(i - ff_lane) < every
+        if (i % every == 0 and not near_ff) or i == ff_lane or label.startswith("launcher"):
             weight = ' font-weight="700"' if i == ff_lane else ""
             out.append(
                 f'<text x="{LABEL_W - 8}" y="{y + lane_h / 2:.1f}" class="lane-label" '
@@ -724,9 +730,10 @@ def _mark_svg(m: Mark, x: float, y: float, r: float) -> str:
             f'height="{r * 1.6:.1f}" class="m-exit">{tip}</rect>'
         )
     else:
-        shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r * 0.7:.1f}" class="m-other">{tip}</circle>'
+        shape = (
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r * 0.7:.1f}" class="m-other">{tip}</circle>'
+        )
     return ring + shape
-
 
 
 STYLE = """

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 ZWSP = "\u200b"
 MAX_EVIDENCE = 3
 MAX_LINE = 500
-_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _BACKTICKS = re.compile(r"`{2,}")
 
 

@@ -68,7 +68,7 @@ def renderables(report: Report) -> list[RenderableType]:
         host = f" on {ff.host}" if ff.host else ""
         when = f" at {iso(ff.time)}" if ff.time is not None else ""
         if when and ff.time_inferred:
-            when += " (time inferred from the previous timestamped line)"
+            when += " (inferred: the line has no timestamp)"
         line = Text(f"First failure: {where}{host}{when} ({ff.file}:{ff.line})\n  ", "bold")
         line.append(clean(ff.text), "red")
         out.append(line)

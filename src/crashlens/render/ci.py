@@ -1,0 +1,149 @@
+"""CI outputs: GitHub Actions annotations and JUnit XML, one entry per cause.
+
+GitHub parses every stdout line starting with ``::`` as a workflow command, so each annotation
+is exactly one line: ``%``, CR and LF are percent-encoded in the message (and ``:`` and ``,``
+too in properties) as the runner expects, which also keeps a log line such as
+``%0A::error::x`` from starting a command of its own. The JUnit document is built with
+ElementTree, which escapes markup; characters XML 1.0 forbids are removed first.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
+
+from crashlens.render.text import clean
+from crashlens.report import iso
+
+if TYPE_CHECKING:
+    from crashlens.model import Evidence
+    from crashlens.rank import Cause
+    from crashlens.report import Report
+
+#: Confidence below which a cause is annotated as a warning rather than an error.
+WARN_BELOW = 0.5
+MAX_MESSAGE = 4000
+_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+# --- GitHub Actions ---------------------------------------------------------------------------
+
+
+def gh_data(text: str) -> str:
+    """Escape a workflow-command message (the part after ``::``)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def gh_property(text: str) -> str:
+    """Escape a workflow-command property value (``file=``, ``title=``)."""
+    return gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(report: Report, **_: Any) -> str:
+    """One ``::error``/``::warning`` line per cause (``::notice`` when nothing failed)."""
+    if not report.causes:
+        return f"::notice title={gh_property('crashlens')}::{gh_data(report.verdict)}\n"
+    return "".join(_annotation(c) + "\n" for c in report.causes)
+
+
+def _annotation(cause: Cause) -> str:
+    rule = cause.match.rule
+    level = "error" if cause.kind == "cause" and cause.confidence >= WARN_BELOW else "warning"
+    props = []
+    ev = _cited(cause)
+    if ev is not None:
+        props += [f"file={gh_property(ev.file)}", f"line={ev.line}"]
+    title = f"crashlens: {rule.title} ({rule.cls})"
+    props.append(f"title={gh_property(clean(title))}")
+    return f"::{level} {','.join(props)}::{gh_data(_message(cause, ev))}"
+
+
+def _cited(cause: Cause) -> Evidence | None:
+    """The evidence to point at: the first line that was fatal, else the earliest."""
+    return cause.evidence[0] if cause.evidence else None
+
+
+def _message(cause: Cause, ev: Evidence | None) -> str:
+    rule = cause.match.rule
+    kind = "root cause" if cause.kind == "cause" else "symptom (no root cause visible)"
+    ranks = cause.match.ranks
+    lines = [
+        f"{rule.title} [{rule.id}], {kind}, confidence {cause.confidence:.2f}"
+        + (f", ranks {_ranks(ranks)}" if ranks else "")
+    ]
+    if ev is not None:
+        who = "" if ev.rank is None else f"rank {ev.rank}: "
+        lines.append(f"{who}{ev.text}")
+    if cause.explains:
+        n = sum(e.count for e in cause.explains)
+        lines.append(f"Explains {n} downstream symptom(s).")
+    if cause.remediation:
+        lines.append(cause.remediation)
+    text = clean("\n".join(lines))
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " …"
+
+
+def _ranks(ranks: list[int]) -> str:
+    if len(ranks) <= 8:
+        return ", ".join(map(str, ranks))
+    return f"{', '.join(map(str, ranks[:6]))}, ... ({len(ranks)} ranks)"
+
+
+# --- JUnit XML --------------------------------------------------------------------------------
+
+
+def xml_safe(text: str) -> str:
+    """Text XML 1.0 can carry: control characters shown as ``\\xNN``, the rest dropped."""
+    return _XML_ILLEGAL.sub("", clean(text))
+
+
+def render_junit(report: Report, **_: Any) -> str:
+    """A JUnit XML document: one failing testcase per cause, or one passing testcase."""
+    failures = len(report.causes)
+    tests = max(1, failures)
+    counts = {"tests": str(tests), "failures": str(failures), "errors": "0", "skipped": "0"}
+    root = ET.Element("testsuites", {"name": "crashlens", **counts})
+    suite = ET.SubElement(root, "testsuite", {"name": "crashlens", **counts})
+    if not report.causes:
+        ET.SubElement(
+            suite, "testcase", {"classname": "crashlens", "name": "no-failure-found", "time": "0"}
+        )
+    for cause in report.causes:
+        _testcase(suite, cause)
+    if report.first_failure is not None:
+        ff = report.first_failure
+        who = "the process" if ff.rank is None else f"rank {ff.rank}"
+        out = ET.SubElement(suite, "system-out")
+        out.text = xml_safe(
+            f"{report.verdict}\nFirst failure: {who} ({ff.file}:{ff.line}): {ff.text}"
+        )
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _testcase(suite: ET.Element, cause: Cause) -> None:
+    rule = cause.match.rule
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        {"classname": f"crashlens.{rule.cls}", "name": rule.id, "time": "0"},
+    )
+    kind = "root cause" if cause.kind == "cause" else "symptom"
+    message = f"{rule.title} ({kind}, confidence {cause.confidence:.2f})"
+    failure = ET.SubElement(case, "failure", {"message": xml_safe(message), "type": rule.cls})
+    failure.text = xml_safe(_details(cause))
+
+
+def _details(cause: Cause) -> str:
+    lines = []
+    for ev in cause.evidence:
+        who = "rank ?" if ev.rank is None else f"rank {ev.rank}"
+        when = iso(ev.time) or "no time"
+        lines.append(f"{ev.file}:{ev.line} {who} {when}\n    {ev.text}")
+    if cause.explains:
+        lines.append("Explains:")
+        lines += [f"  - {e.title} [{e.rule_id}] x{e.count}" for e in cause.explains]
+    if cause.remediation:
+        lines.append("Remediation:\n" + cause.remediation)
+    return "\n".join(lines)
