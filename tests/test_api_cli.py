@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from conftest import FIXTURES
@@ -39,7 +40,9 @@ def test_api_returns_a_report_that_renders(tmp_path: Path) -> None:
 
 
 def test_json_contract_keys() -> None:
-    result = runner.invoke(app, ["analyze", str(FIXTURES / "gpu/nccl_timeout_cascade"), "-f", "json"])
+    result = runner.invoke(
+        app, ["analyze", str(FIXTURES / "gpu/nccl_timeout_cascade"), "-f", "json"]
+    )
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert {"schema_version", "causes", "first_failure", "ranks", "inputs"} <= set(data)
@@ -114,7 +117,7 @@ def test_user_rule_dir_adds_a_rule(tmp_path: Path) -> None:
 
 def test_skew_option_parsing() -> None:
     assert parse_skew(["node-02=+2.5s", "node-03=-300ms"]) == {"node-02": 2.5, "node-03": -0.3}
-    with pytest.raises(Exception):
+    with pytest.raises(typer.BadParameter):
         parse_skew(["nonsense"])
 
 
@@ -128,3 +131,59 @@ def test_skew_reorders_first_failure(tmp_path: Path) -> None:
     assert plain.first_failure is not None and plain.first_failure.rank == 0
     skewed = analyze([tmp_path], skew={"node-2": 10.0})
     assert skewed.first_failure is not None and skewed.first_failure.rank == 1
+
+
+def test_several_formats_in_one_run_and_ci_switches(tmp_path: Path) -> None:
+    job = str(FIXTURES / "repro/rank_exception_cascade")
+    html_out, json_out = tmp_path / "r.html", tmp_path / "r.json"
+    result = runner.invoke(
+        app, ["analyze", job, "-f", "html", "-o", str(html_out), "-f", "json", "-o", str(json_out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert html_out.read_text().startswith("<!DOCTYPE html>")
+    assert json.loads(json_out.read_text())["causes"][0]["class"] == "user_code_error"
+    assert runner.invoke(app, ["analyze", job, "-q", "--exit-zero"]).exit_code == 0
+    # user_code_error is severity high: --fail-on critical lets the job pass, --fail-on high not.
+    assert runner.invoke(app, ["analyze", job, "-q", "--fail-on", "critical"]).exit_code == 0
+    assert runner.invoke(app, ["analyze", job, "-q", "--fail-on", "high"]).exit_code == 1
+    two_stdout = runner.invoke(app, ["analyze", job, "-f", "json", "-f", "text"])
+    assert two_stdout.exit_code == 2
+
+
+def test_schema_command_prints_the_shipped_schema() -> None:
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["properties"]["causes"]["type"] == "array"
+
+
+def test_post_slack_from_the_command_line() -> None:
+    import http.server
+    import threading
+
+    received: list[bytes] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/services/T/B/secret"
+        job = str(FIXTURES / "repro/host_oom")
+        result = runner.invoke(app, ["analyze", job, "-q", "--post-slack", url])
+        assert result.exit_code == 1, result.output
+        payload = json.loads(received[0])
+        assert "blocks" in payload and "host_oom" in json.dumps(payload)
+    finally:
+        server.shutdown()
+    refused = runner.invoke(app, ["analyze", job, "-q", "--post-slack", url])
+    assert refused.exit_code == 2
+    assert "secret" not in refused.output

@@ -20,17 +20,29 @@ def ts(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float = 0.0) -> f
         ("2024-05-01T12:00:00.5Z hello", ts(2024, 5, 1, 12, 0, 0, 0.5)),
         ("2024-05-01T14:00:00+02:00 hello", ts(2024, 5, 1, 12, 0, 0)),
         ("2024-05-01T12:00:00.123456789Z kubectl line", ts(2024, 5, 1, 12, 0, 0, 0.123456789)),
-        ("[2024-03-12 14:41:30,298] torch.distributed.elastic: [ERROR] x", ts(2024, 3, 12, 14, 41, 30, 0.298)),
-        ("[2024-05-01 12:00:00] host:1:2 [0] misc/socket.cc:58 NCCL WARN x", ts(2024, 5, 1, 12, 0, 0)),
+        (
+            "[2024-03-12 14:41:30,298] torch.distributed.elastic: [ERROR] x",
+            ts(2024, 3, 12, 14, 41, 30, 0.298),
+        ),
+        (
+            "[2024-05-01 12:00:00] host:1:2 [0] misc/socket.cc:58 NCCL WARN x",
+            ts(2024, 5, 1, 12, 0, 0),
+        ),
         ("I0501 12:00:00.123456 4242 train.py:10] msg", ts(2024, 5, 1, 12, 0, 0, 0.123456)),
-        ("W0813 22:08:39.776000 2585 torch/distributed/elastic/api.py:898] x", ts(2024, 8, 13, 22, 8, 39, 0.776)),
+        (
+            "W0813 22:08:39.776000 2585 torch/distributed/elastic/api.py:898] x",
+            ts(2024, 8, 13, 22, 8, 39, 0.776),
+        ),
         # c10d: month*100+day is not zero padded and the 9-digit fraction is monotonic, dropped.
         ("[E710 18:00:32.089607123 ProcessGroupNCCL.cpp:629] x", ts(2024, 7, 10, 18, 0, 32)),
         ("[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] x", ts(2024, 12, 18, 20, 27, 21)),
         ("May  1 12:00:00 node-01 kernel: x", ts(2024, 5, 1, 12, 0, 0)),
         ("Jan 01 12:00:00 host kernel: x", ts(2024, 1, 1, 12, 0, 0)),
         ("[Wed May  1 12:00:00 2024] NVRM: Xid", ts(2024, 5, 1, 12, 0, 0)),
-        ("kern  :warn  : 2025-01-21T04:26:49,803751+00:00 NVRM: x", ts(2025, 1, 21, 4, 26, 49, 0.803751)),
+        (
+            "kern  :warn  : 2025-01-21T04:26:49,803751+00:00 NVRM: x",
+            ts(2025, 1, 21, 4, 26, 49, 0.803751),
+        ),
         ("1714564800.25 epoch line", 1714564800.25),
         ("2024-05-01_03:14:00", ts(2024, 5, 1, 3, 14, 0)),
     ],

@@ -72,7 +72,10 @@ def test_truncated_traceback_is_still_reported() -> None:
     # A log cut off in the middle of the exception message (the job was killed mid-write).
     text = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n    x()\nValueError: bad va'
     tb = assemble(text).done
-    assert tb and (tb[0].exceptions[0].type, tb[0].exceptions[0].message) == ("ValueError", "bad va")
+    assert tb and (tb[0].exceptions[0].type, tb[0].exceptions[0].message) == (
+        "ValueError",
+        "bad va",
+    )
 
 
 def test_header_without_exception_yields_nothing() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -14,8 +16,12 @@ from crashlens import __version__
 from crashlens.api import analyze as run_analysis
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import FORMATS
+from crashlens.render.schema import load_schema
+from crashlens.render.slack import post_slack
+from crashlens.report import Report
 from crashlens.rulebase import RuleSet, default_rules_dir, load_rules
 from crashlens.rulebase.lint import lint
+from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.rulebase.testing import fixture_files, run_fixture
 
 app = typer.Typer(
@@ -70,11 +76,13 @@ def analyze(
     paths: Annotated[
         list[str], typer.Argument(help="Log files or directories (walked recursively); - is stdin.")
     ],
-    fmt: Annotated[
-        str, typer.Option("--format", "-f", help=f"Output format: {', '.join(FORMATS)}.")
-    ] = "text",
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the report to this file.")
+    fmts: Annotated[
+        list[str] | None,
+        typer.Option("--format", "-f", help=f"Output format (repeatable): {', '.join(FORMATS)}."),
+    ] = None,
+    outputs: Annotated[
+        list[Path] | None,
+        typer.Option("--output", "-o", help="File for the format in the same position."),
     ] = None,
     rules: Annotated[
         list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")
@@ -83,6 +91,16 @@ def analyze(
         list[str] | None,
         typer.Option("--skew", help="Clock offset of a host, e.g. node-02=+2.5s (repeatable)."),
     ] = None,
+    post_slack_url: Annotated[
+        str | None, typer.Option("--post-slack", help="Post the Slack message to this webhook.")
+    ] = None,
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Exit 1 only for a cause of this severity or worse.")
+    ] = "info",
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even when a failure is found.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stdout.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour.")] = False,
     show_traceback: Annotated[
         bool, typer.Option("--traceback", help="Show internal errors in full.")
@@ -90,10 +108,20 @@ def analyze(
 ) -> None:
     """Analyse the logs of a crashed job and print a ranked diagnosis.
 
+    Several formats in one run: `-f html -o r.html -f json -o r.json` (the logs are parsed once).
     Exit codes: 0 no failure found, 1 failure found, 2 usage or input error.
     """
-    if fmt not in FORMATS:
-        _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    formats = fmts or ["text"]
+    files = list(outputs or [])
+    for fmt in formats:
+        if fmt not in FORMATS:
+            _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if len(files) > len(formats):
+        _fail("more --output files than --format options")
+    if sum(1 for i in range(len(formats)) if i >= len(files)) > 1:
+        _fail("only one format can go to stdout; give the others an --output file")
+    if fail_on not in SEVERITY_WEIGHT:
+        _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
     try:
         report = run_analysis(paths, rules or [], skew=parse_skew(skew or []))
     except CrashlensError as exc:
@@ -102,22 +130,45 @@ def analyze(
         if show_traceback:
             raise
         _fail(f"internal error ({type(exc).__name__}: {exc}); rerun with --traceback and report it")
-    for note in report.notes:
-        typer.echo(f"crashlens: {note}", err=True)
+    if not quiet:
+        for note in report.notes:
+            typer.echo(f"crashlens: {note}", err=True)
+    for i, fmt in enumerate(formats):
+        _emit(report, fmt, files[i] if i < len(files) else None, quiet=quiet, no_color=no_color)
+    if post_slack_url:
+        try:
+            post_slack(post_slack_url, report.render("slack"))
+        except CrashlensError as exc:
+            _fail(str(exc))
+    raise typer.Exit(int(_exit_code(report, fail_on, exit_zero)))
+
+
+def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_color: bool) -> None:
     to_tty = output is None and sys.stdout.isatty()
     color = to_tty and not no_color and "NO_COLOR" not in os.environ
-    width = 100
-    if to_tty:
-        width = min(max(os.get_terminal_size().columns, 60), 160)
+    width = min(max(shutil.get_terminal_size().columns, 60), 160) if to_tty else 100
     text = report.render(fmt, color=color, width=width)
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
             _fail(f"cannot write {output}: {exc.strerror}")
-    else:
+    elif not quiet:
         sys.stdout.write(text)
-    raise typer.Exit(int(ExitCode.FAILURE_FOUND if report.failed else ExitCode.OK))
+
+
+def _exit_code(report: Report, fail_on: str, exit_zero: bool) -> ExitCode:
+    if exit_zero or not report.failed:
+        return ExitCode.OK
+    threshold = SEVERITY_WEIGHT[fail_on]
+    worst = max(SEVERITY_WEIGHT[c.match.rule.severity] for c in report.causes)
+    return ExitCode.FAILURE_FOUND if worst >= threshold else ExitCode.OK
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of `analyze --format json`."""
+    typer.echo(json.dumps(load_schema(), indent=2))
 
 
 rules_app = typer.Typer(help="List, show, lint and test rules.", no_args_is_help=True)
