@@ -86,3 +86,19 @@ def test_discover_walks_sorted_and_notes_what_it_skips(tmp_path: Path) -> None:
     assert found["dangling"] == "broken symlink"
     missing = list(discover([tmp_path / "nope"]))
     assert missing[0].skipped == "no such file or directory"
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+    from crashlens import analyze
+
+    text = "2024-05-01 03:14:00,000 INFO train: step 1\n" * 2000
+    text += "2024-05-01 03:14:00,500 ERROR train: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    text += "2024-05-01 03:14:01,000 INFO train: step 2\n" * 20000
+    data = gzip.compress(text.encode())
+    path = tmp_path / "rank_0.log.gz"
+    path.write_bytes(data[: len(data) // 2])
+    before = path.read_bytes()
+    report = analyze([path])
+    assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
+    assert any("read stopped early" in n for n in report.notes)
+    assert path.read_bytes() == before

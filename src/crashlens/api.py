@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import lzma
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from crashlens import __version__
@@ -58,6 +60,8 @@ def analyze(
         inputs.append(record)
         if result is not None:
             results.append(result)
+            if record.note:
+                notes.append(f"{record.path}: {record.note}")
         elif record.skipped and not record.skipped.startswith("not a log"):
             notes.append(f"skipped {record.path}: {record.skipped}")
     if not results:
@@ -111,14 +115,29 @@ def _read_one(
                 return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
         else:
             year = file_year(None if is_stdin else cand.path)
-            lines = iter_lines(stream, encoding)
+            damage: list[str] = []
+            lines = _until_damaged(iter_lines(stream, encoding), damage)
             result = parse_lines(source, lines, rules, matcher, year=year, tb_ids=counter)
+            if damage:
+                # Keep what was read before the damage (a truncated .gz, a vanished file).
+                note = f"read stopped early: {damage[0]}"
+                return result, InputFile(cand.display, size, source.kind, result.lines, note=note)
     except (OSError, EOFError, ValueError) as exc:
         return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
     finally:
         if not is_stdin:
             stream.close()
     return result, InputFile(cand.display, size, source.kind, lines=result.lines)
+
+
+def _until_damaged(
+    lines: Iterable[tuple[int, str]], damage: list[str]
+) -> Iterator[tuple[int, str]]:
+    """Yield lines until the stream breaks; record why it broke instead of raising."""
+    try:
+        yield from lines
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        damage.append(str(exc) or type(exc).__name__)
 
 
 def _size(path: Path) -> int:

@@ -155,3 +155,4 @@ class InputFile:
     kind: str
     lines: int = 0
     skipped: str | None = None
+    note: str | None = None

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
 MAX_LINE = 16 * 1024
 _TRUNCATED = " …[line truncated by crashlens]"
@@ -98,8 +98,11 @@ def iter_lines(stream: BinaryIO, encoding: str = "utf-8") -> Iterator[tuple[int,
     lineno = 0
     pending = ""
     dropping = False
+    # read1 returns what one underlying read produced, so a truncated compressed file loses
+    # at most that last piece instead of a whole chunk.
+    read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = stream.read(CHUNK)
+        chunk = read(CHUNK)
         text = decoder.decode(chunk, final=not chunk)
         if text:
             pieces = text.split("\n")
