@@ -45,7 +45,7 @@ TIMEOUT = (
 )
 
 
-def rank_log(rank: int, target_bytes: int, rng: random.Random) -> str:
+def rank_log(rank: int, target_bytes: int, rng: random.Random, oom_rank: int = OOM_RANK) -> str:
     node, dev = divmod(rank, 8)
     pid = 40000 + rank * 13
     out: list[str] = []
@@ -66,10 +66,13 @@ def rank_log(rank: int, target_bytes: int, rng: random.Random) -> str:
             line = NCCL.format(node=node, pid=pid, tid=pid + 41, dev=dev, ch=rng.randrange(32),
                                a=rank, b=(rank + 1) % 64)  # fmt: skip
         elif kind < 0.97:
-            line = "".join(
-                TQDM.format(p=p, bar="#" * (p // 10) + " " * (10 - p // 10), n=p * 2, s=p // 20)
-                for p in range(0, 101, 25)
-            ) + "\n"
+            line = (
+                "".join(
+                    TQDM.format(p=p, bar="#" * (p // 10) + " " * (10 - p // 10), n=p * 2, s=p // 20)
+                    for p in range(0, 101, 25)
+                )
+                + "\n"
+            )
         else:
             line = WARN
         if not handled and size > handled_at:
@@ -78,21 +81,24 @@ def rank_log(rank: int, target_bytes: int, rng: random.Random) -> str:
         out.append(line)
         size += len(line)
     end = f"03:{sec // 60 % 60:02d}:{sec % 60:02d}.123456789"
-    if rank == OOM_RANK:
+    if rank == oom_rank:
         out.append(OOM.format(r=rank))
     else:
         out.append(TIMEOUT.format(r=rank, ts=end))
     return "".join(out)
 
 
-def generate(root: Path, ranks: int, mb_per_rank: float, seed: int = 0) -> Path:
+def generate(
+    root: Path, ranks: int, mb_per_rank: float, seed: int = 0, oom_rank: int = OOM_RANK
+) -> Path:
     """Write the tree under ``root`` and return it."""
     for rank in range(ranks):
         node = rank // 8
         d = root / f"node-{node:02d}"
         d.mkdir(parents=True, exist_ok=True)
         rng = random.Random(seed * 1000 + rank)
-        (d / f"rank_{rank}.log").write_text(rank_log(rank, int(mb_per_rank * 1e6), rng))
+        text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank)
+        (d / f"rank_{rank}.log").write_text(text)
     return root
 
 

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import itertools
-import lzma
 import os
 import sys
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from crashlens import __version__
 from crashlens.align import align
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
-from crashlens.ingest.read import NotText, iter_lines, open_binary
+from crashlens.ingest.read import NotText, Tolerant, open_binary
 from crashlens.match import match
 from crashlens.model import InputFile
-from crashlens.parse import FileResult, LineMatcher, file_year, parse_error_file, parse_lines
+from crashlens.parse import (
+    FileResult,
+    LineMatcher,
+    file_year,
+    parse_binary,
+    parse_error_file,
+    scanner_for,
+)
+from crashlens.parse.scan import TriggerScanner
 from crashlens.rank import rank
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet, load_rules
@@ -31,6 +37,7 @@ def analyze(
     *,
     skew: dict[str, float] | None = None,
     progress: Progress | None = None,
+    fast: bool = True,
 ) -> Report:
     """Diagnose the crashed job whose logs are under ``paths``.
 
@@ -39,6 +46,8 @@ def analyze(
         rules: a loaded :class:`RuleSet`, or extra rule directories added to the bundled rules.
         skew: seconds each host's clock runs ahead of the reference clock (``{"node-02": 2.5}``).
         progress: called with each file's display path and size before it is read.
+        fast: use the multi-literal fast path where a file allows it; ``False`` feeds every
+            line through the parser (same diagnosis, much slower; for tests and benchmarks).
 
     Returns:
         The :class:`Report`; ``report.render("json")`` etc. produce the output formats.
@@ -51,12 +60,13 @@ def analyze(
         paths = [paths]
     ruleset = rules if isinstance(rules, RuleSet) else load_rules([Path(p) for p in rules or []])
     matcher = LineMatcher(ruleset)
+    scanner = scanner_for(matcher) if fast else None
     tb_ids = itertools.count(1)
     inputs: list[InputFile] = []
     results: list[FileResult] = []
     notes: list[str] = []
     for cand in discover(paths):
-        result, record = _read_one(cand, ruleset, matcher, tb_ids, progress)
+        result, record = _read_one(cand, ruleset, matcher, scanner, tb_ids, progress)
         inputs.append(record)
         if result is not None:
             results.append(result)
@@ -88,6 +98,7 @@ def _read_one(
     cand: Candidate,
     rules: RuleSet,
     matcher: LineMatcher,
+    scanner: TriggerScanner | None,
     tb_ids: Iterable[int],
     progress: Progress | None,
 ) -> tuple[FileResult | None, InputFile]:
@@ -107,37 +118,26 @@ def _read_one(
         return None, InputFile(
             cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror}"
         )
+    reader = Tolerant(stream)
     try:
         if source.kind == "errorfile":
             try:
-                result = parse_error_file(source, stream, rules, matcher, tb_ids=counter)
+                result = parse_error_file(source, reader, rules, matcher, tb_ids=counter)
             except ValueError as exc:
                 return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
         else:
             year = file_year(None if is_stdin else cand.path)
-            damage: list[str] = []
-            lines = _until_damaged(iter_lines(stream, encoding), damage)
-            result = parse_lines(source, lines, rules, matcher, year=year, tb_ids=counter)
-            if damage:
-                # Keep what was read before the damage (a truncated .gz, a vanished file).
-                note = f"read stopped early: {damage[0]}"
-                return result, InputFile(cand.display, size, source.kind, result.lines, note=note)
+            result = parse_binary(
+                source, reader, encoding, rules, matcher, scanner, year=year, tb_ids=counter
+            )
     except (OSError, EOFError, ValueError) as exc:
         return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
     finally:
         if not is_stdin:
             stream.close()
-    return result, InputFile(cand.display, size, source.kind, lines=result.lines)
-
-
-def _until_damaged(
-    lines: Iterable[tuple[int, str]], damage: list[str]
-) -> Iterator[tuple[int, str]]:
-    """Yield lines until the stream breaks; record why it broke instead of raising."""
-    try:
-        yield from lines
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
-        damage.append(str(exc) or type(exc).__name__)
+    # Keep what was read before any damage (a truncated .gz, a file that vanished).
+    note = f"read stopped early: {reader.damage}" if reader.damage else None
+    return result, InputFile(cand.display, size, source.kind, lines=result.lines, note=note)
 
 
 def _size(path: Path) -> int:

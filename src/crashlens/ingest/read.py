@@ -11,9 +11,10 @@ import codecs
 import gzip
 import io
 import lzma
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
@@ -27,6 +28,14 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 _OPENERS = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
 _BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"\x80\x02", b"\x80\x04", b"\x93NUMPY")
+
+
+class Readable(Protocol):
+    """Anything bytes can be read from (a file, a decompressor, :class:`Tolerant`)."""
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes; b"" at the end."""
+        ...
 
 
 class NotText(Exception):
@@ -89,8 +98,12 @@ def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, st
         raise
 
 
-def iter_lines(stream: BinaryIO, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+def iter_lines(
+    stream: Readable, encoding: str = "utf-8", head: bytes = b""
+) -> Iterator[tuple[int, str]]:
     """Yield ``(physical_line_number, text)``; bare ``\\r`` (progress bars) splits lines too.
+
+    ``head`` holds bytes already read from ``stream`` (to sniff it); they come first.
 
     Invalid bytes are decoded with U+FFFD; overlong lines are truncated to :data:`MAX_LINE`.
     """
@@ -102,7 +115,7 @@ def iter_lines(stream: BinaryIO, encoding: str = "utf-8") -> Iterator[tuple[int,
     # at most that last piece instead of a whole chunk.
     read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = read(CHUNK)
+        chunk, head = (head, b"") if head else (read(CHUNK), b"")
         text = decoder.decode(chunk, final=not chunk)
         if text:
             pieces = text.split("\n")
@@ -145,3 +158,36 @@ def open_text(path: Path, stdin: BinaryIO | None = None) -> Iterator[tuple[int, 
     finally:
         if stdin is None:
             stream.close()
+
+
+class Tolerant:
+    """A byte stream that ends, instead of raising, where the file is damaged.
+
+    A truncated ``.gz`` or a file that vanished mid-read still yields everything before the
+    damage; ``damage`` says what happened.
+    """
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self.inner = inner
+        self.damage: str | None = None
+
+    def read(self, size: int = -1) -> bytes:
+        """Like ``BinaryIO.read``; returns b"" from the point of damage on."""
+        return self._guard(self.inner.read, size)
+
+    def read1(self, size: int = -1) -> bytes:
+        """Like ``BufferedReader.read1``; returns b"" from the point of damage on."""
+        return self._guard(getattr(self.inner, "read1", self.inner.read), size)
+
+    def _guard(self, fn: Callable[[int], bytes], size: int) -> bytes:
+        if self.damage is not None:
+            return b""
+        try:
+            return fn(size)
+        except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            self.damage = str(exc) or type(exc).__name__
+            return b""
+
+    def close(self) -> None:
+        """Close the underlying stream."""
+        self.inner.close()

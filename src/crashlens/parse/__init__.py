@@ -7,17 +7,127 @@ import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
 
-from crashlens.ingest.prefixes import PrefixStyle, sniff_style
+from crashlens.ingest.prefixes import PrefixStyle, sniff_style, strip
+from crashlens.ingest.read import MAX_LINE, Readable, iter_lines
 from crashlens.model import Source
 from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.scan import (
+    MAX_LINE_BYTES,
+    STRUCTURAL_TRIGGERS,
+    TriggerScanner,
+    iter_blocks,
+)
 from crashlens.parse.stream import FileParser, FileResult
 from crashlens.rulebase.schema import RuleSet
 
 SNIFF_LINES = 200
 
-__all__ = ["FileParser", "FileResult", "LineMatcher", "parse_error_file", "parse_lines"]
+__all__ = [
+    "FileParser",
+    "FileResult",
+    "LineMatcher",
+    "parse_binary",
+    "parse_error_file",
+    "parse_lines",
+    "scanner_for",
+]
+_TRUNCATED = " …[line truncated by crashlens]"
+
+
+def scanner_for(matcher: LineMatcher) -> TriggerScanner | None:
+    """The fast-path scanner for a rule set, or None when a detector must see every line."""
+    if matcher.always:
+        return None
+    return TriggerScanner([*matcher.by_literal, *STRUCTURAL_TRIGGERS], matcher.by_literal_ci)
+
+
+def parse_binary(
+    source: Source,
+    stream: Readable,
+    encoding: str,
+    rules: RuleSet,
+    matcher: LineMatcher,
+    scanner: TriggerScanner | None,
+    *,
+    year: int,
+    tb_ids: itertools.count[int],
+) -> FileResult:
+    """Parse a file's byte stream, on the fast path whenever the file allows it.
+
+    The fast path needs UTF-8 text with one writer per file (no interleaving launcher
+    prefixes): per-rank logs and torchrun ``--log-dir`` files, which is where the gigabytes
+    are. Combined consoles, kernel logs and other encodings take the line-by-line path.
+    """
+    head = stream.read(256 * 1024) if encoding == "utf-8" else b""
+    head_lines = head[: head.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+    sample = head_lines[:SNIFF_LINES]
+    style = sniff_style(sample) if sample else PrefixStyle()
+    if (
+        scanner is None
+        or encoding != "utf-8"
+        or source.kind == "kernel"
+        or (source.rank is None and source.local_rank is not None)
+        or _interleaved(sample, style, source)
+    ):
+        lines = iter_lines(stream, encoding, head=head)
+        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids)
+    parser = FileParser(source, rules, matcher, year=year, style=style, tb_ids=tb_ids)
+    lineno = 0
+    for block in iter_blocks(stream, head):
+        lineno = _scan_block(parser, scanner, block, lineno)
+    return parser.close()
+
+
+def _interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
+    """Whether line prefixes name more than the file's own writer."""
+    if style.srun or style.pdsh:
+        return True
+    for line in sample:
+        if line.startswith("["):
+            _, prefix = strip(line, style)
+            if prefix.local_rank is not None or prefix.host is not None:
+                return True
+            if prefix.rank is not None and prefix.rank != source.rank:
+                return True
+    return False
+
+
+def _scan_block(parser: FileParser, scanner: TriggerScanner, block: bytes, lineno: int) -> int:
+    starts = scanner.line_starts(block)
+    i, pos, size = 0, 0, len(block)
+    while pos < size:
+        if parser.wants_lines():
+            pos, lineno = _feed_one(parser, block, pos, lineno)
+            continue
+        while i < len(starts) and starts[i] < pos:
+            i += 1
+        nxt = starts[i] if i < len(starts) else size
+        if nxt > pos:
+            count = block.count(b"\n", pos, nxt)
+            parser.skip(block, pos, nxt, count, lineno + count)
+            lineno += count
+            pos = nxt
+        if pos < size:
+            pos, lineno = _feed_one(parser, block, pos, lineno)
+    return lineno
+
+
+def _feed_one(parser: FileParser, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
+    end = block.find(b"\n", pos)
+    if end < 0:
+        end = len(block)
+    text = block[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
+    if len(text) > MAX_LINE:
+        text = text[:MAX_LINE] + _TRUNCATED
+    lineno += 1
+    if "\r" in text:
+        for part in text.split("\r"):
+            if part:
+                parser.feed(lineno, part)
+    else:
+        parser.feed(lineno, text)
+    return end + 1, lineno
 
 
 def parse_lines(
@@ -54,7 +164,7 @@ def parse_lines(
 
 def parse_error_file(
     source: Source,
-    stream: BinaryIO,
+    stream: Readable,
     rules: RuleSet,
     matcher: LineMatcher,
     *,

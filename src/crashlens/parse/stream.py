@@ -33,6 +33,8 @@ HANDLED_AFTER_LINES = 200
 HANDLED_AFTER_STAMPS = 5
 HANDLED_AFTER_SECONDS = 10.0
 LAST_LINES = 5
+#: Lines to wait for a timestamp to give to findings that had none before them.
+UNTIMED_PATIENCE = 2000
 
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
@@ -107,6 +109,7 @@ class _Stream:
     watch: _DoneTraceback | None = None
     #: Findings with no earlier timestamp in their stream, waiting for the next one.
     untimed: list[Callable[[float], None]] = field(default_factory=list)
+    untimed_wait: int = 0
     pids: set[int] = field(default_factory=set)
 
 
@@ -152,16 +155,20 @@ class FileParser:
         self.mono_offset: float | None = None
         self.year_known = False
         self.lines = 0
+        self.last_lineno = 0
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
         """Process one physical (or ``\\r``-split) line."""
-        self.lines += 1
+        # Counts are of physical lines: tqdm's ``\r``-separated states share one line number.
+        new_line = lineno != self.last_lineno
+        self.lines += new_line
+        self.last_lineno = lineno
         text, prefix = strip(raw, self.style)
         stream = self._stream(prefix.rank, prefix.local_rank, prefix.host)
         if prefix.rank is not None and stream.rank is None:
             stream.rank = prefix.rank
-        stream.lines += 1
+        stream.lines += new_line
         if stream.first_time is None and stream.probe_first > 0:
             stream.probe_first -= 1
             stamp = self._stamp(text)
@@ -187,6 +194,9 @@ class FileParser:
             self._learn_monotonic(text)
         if stream.untimed:
             self._settle_untimed(stream, text)
+            stream.untimed_wait += 1
+            if stream.untimed_wait > UNTIMED_PATIENCE:
+                stream.untimed.clear()
         stream.summary.feed(lineno, text)
         in_tb = stream.assembler.feed(lineno, text)
         current = stream.assembler.current
@@ -268,6 +278,60 @@ class FileParser:
             return stream.last_stamp[1], True
         return None, True
 
+    # -- fast path: lines nothing needs are counted, not parsed ---------------------------
+    def wants_lines(self) -> bool:
+        """Whether open state (a traceback, a summary, a pending time) needs the next lines."""
+        if not self.streams:
+            return True
+        for stream in self.streams.values():
+            if stream.assembler.current is not None or stream.summary.active:
+                return True
+            if stream.first_time is None and stream.probe_first > 0:
+                return True
+            if stream.untimed:
+                return True
+            watch = stream.watch
+            if (
+                watch is not None
+                and len(watch.later) < HANDLED_AFTER_STAMPS
+                and stream.lines - watch.lines_at_end <= HANDLED_AFTER_LINES
+            ):
+                return True
+        return False
+
+    def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None:
+        """Account for ``count`` quiet lines ``block[start:end]`` ending at ``last_lineno``.
+
+        Only what later stages can ask about is kept: line counts, the last lines (evidence
+        context, timestamps to inherit, the rank's last words) and one NCCL pid.
+        """
+        if count <= 0:
+            return
+        stream = self._stream(None, None, None)
+        self.lines += count
+        stream.lines += count
+        if not stream.pids:
+            at = block.find(b" NCCL ", start, end)
+            if at >= 0:
+                line_start = block.rfind(b"\n", start, at) + 1
+                line_end = block.find(b"\n", at, end)
+                origin = nccl_origin(block[line_start:line_end].decode("utf-8", "replace"))
+                if origin is not None and origin.pid is not None:
+                    stream.pids.add(origin.pid)
+                    stream.host = stream.host or origin.host
+        tail_start = end - 1
+        for _ in range(min(RING, count)):
+            tail_start = block.rfind(b"\n", start, tail_start)
+            if tail_start < 0:
+                tail_start = start - 1
+                break
+        tail = block[max(tail_start + 1, start) : end - 1].decode("utf-8", "replace")
+        lines = tail.split("\n")
+        first = last_lineno - len(lines) + 1
+        for offset, text in enumerate(lines):
+            text = text.rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
+            stream.ring.append((first + offset, strip(text, self.style)[0]))
+
     # -- hits ---------------------------------------------------------------------------
     def _add_hit(
         self,
@@ -315,6 +379,7 @@ class FileParser:
         for settle in stream.untimed:
             settle(later)
         stream.untimed.clear()
+        stream.untimed_wait = 0
 
     def _hit_time(
         self, stream: _Stream, lineno: int, text: str, in_tb: bool
