@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from crashlens import __version__
@@ -61,12 +63,11 @@ def analyze(
     ruleset = rules if isinstance(rules, RuleSet) else load_rules([Path(p) for p in rules or []])
     matcher = LineMatcher(ruleset)
     scanner = scanner_for(matcher) if fast else None
-    tb_ids = itertools.count(1)
     inputs: list[InputFile] = []
     results: list[FileResult] = []
     notes: list[str] = []
-    for cand in discover(paths):
-        result, record = _read_one(cand, ruleset, matcher, scanner, tb_ids, progress)
+    candidates = list(discover(paths))
+    for result, record in _read_all(candidates, ruleset, matcher, scanner, progress):
         inputs.append(record)
         if result is not None:
             results.append(result)
@@ -92,6 +93,58 @@ def analyze(
         rules_loaded=len(ruleset.rules),
         tool_version=__version__,
     )
+
+
+#: Below this much input, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 32 << 20
+_WORKER_STATE: tuple[RuleSet, LineMatcher, TriggerScanner | None] | None = None
+
+
+def _read_all(
+    candidates: list[Candidate],
+    rules: RuleSet,
+    matcher: LineMatcher,
+    scanner: TriggerScanner | None,
+    progress: Progress | None,
+) -> Iterator[tuple[FileResult | None, InputFile]]:
+    """Read every candidate, in a pool of forked workers when the input is large.
+
+    Files are independent until alignment, so they parse in parallel; results come back in
+    input order so the report does not depend on scheduling. Traceback ids are made unique
+    per file (``index * 1e6``) because each worker counts on its own.
+    """
+    workers = min(4, os.cpu_count() or 1)
+    readable = [c for c in candidates if not c.skipped and c.display != "<stdin>"]
+    total = sum(_size(c.path) for c in readable)
+    methods = multiprocessing.get_all_start_methods()
+    if workers < 2 or len(readable) < 2 or total < PARALLEL_MIN_BYTES or "fork" not in methods:
+        for index, cand in enumerate(candidates):
+            yield _read_one(cand, rules, matcher, scanner, _ids(index), progress)
+        return
+    global _WORKER_STATE
+    _WORKER_STATE = (rules, matcher, scanner)  # inherited by the forked workers
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = []
+            for index, cand in enumerate(candidates):
+                if progress is not None and not cand.skipped:
+                    progress(cand.display, _size(cand.path))
+                futures.append(pool.submit(_read_in_worker, cand, index))
+            for future in futures:
+                yield future.result()
+    finally:
+        _WORKER_STATE = None
+
+
+def _read_in_worker(cand: Candidate, index: int) -> tuple[FileResult | None, InputFile]:
+    assert _WORKER_STATE is not None
+    rules, matcher, scanner = _WORKER_STATE
+    return _read_one(cand, rules, matcher, scanner, _ids(index), None)
+
+
+def _ids(index: int) -> itertools.count[int]:
+    return itertools.count((index + 1) * 1_000_000)
 
 
 def _read_one(
