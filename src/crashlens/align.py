@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from crashlens.model import ChildFailure, Evidence, Hit, RankSummary, Traceback
+from crashlens.model import ChildFailure, ClockSkew, Evidence, Hit, RankSummary, Traceback
 from crashlens.parse.stream import FileResult
 
 TIMELINE_COLUMNS = [
@@ -34,6 +35,7 @@ class Timeline:
     frame: pd.DataFrame
     hit_counts: dict[str, int]
     skew: dict[str, float]
+    clock_skew: dict[str, ClockSkew] = dataclasses.field(default_factory=dict)
 
 
 def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
@@ -42,30 +44,46 @@ def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
     return dataclasses.replace(ev, time=ev.time - skew[ev.host])
 
 
-def align(results: Iterable[FileResult], skew: Mapping[str, float] | None = None) -> Timeline:
-    """Merge per-file results into a :class:`Timeline`.
+def align(
+    results: Iterable[FileResult],
+    skew: Mapping[str, float] | None = None,
+    sync_fields: Mapping[str, str] | None = None,
+) -> Timeline:
+    """Merge per-file results into a :class:`Timeline` on one clock.
 
     Args:
         results: what each file contributed.
-        skew: seconds each host's clock runs ahead of the reference clock; subtracted.
+        skew: seconds each host's clock runs ahead of the reference clock (user overrides;
+            they win over the estimate).
+        sync_fields: rule id -> field whose equal values happen at the same moment on every
+            rank (the rules' ``sync:``); the basis of the clock-skew estimate.
     """
-    skew = dict(skew or {})
     results = fix_years(list(results))
+    estimated = estimate_skew([h for r in results for h in r.hits], sync_fields or {})
+    clock = dict(estimated)
+    for host, offset in (skew or {}).items():
+        clock[host] = ClockSkew(offset, 0.0, "given with --skew", True)
+    offsets = {host: c.offset_s for host, c in clock.items() if c.applied and c.offset_s}
     hits: list[Hit] = []
     tracebacks: list[Traceback] = []
     failures: list[ChildFailure] = []
     summaries: list[RankSummary] = []
     counts: dict[str, int] = {}
     for res in results:
-        hits.extend(dataclasses.replace(h, evidence=_shift(h.evidence, skew)) for h in res.hits)
+        hits.extend(dataclasses.replace(h, evidence=_shift(h.evidence, offsets)) for h in res.hits)
         for tb in res.tracebacks:
-            if tb.time is not None and tb.host in skew:
-                tb = dataclasses.replace(tb, time=tb.time - skew[tb.host or ""])
+            if tb.time is not None and tb.host in offsets:
+                tb = dataclasses.replace(tb, time=tb.time - offsets[tb.host or ""])
             tracebacks.append(tb)
         failures.extend(
-            dataclasses.replace(f, evidence=_shift(f.evidence, skew)) for f in res.failures
+            dataclasses.replace(f, evidence=_shift(f.evidence, offsets)) for f in res.failures
         )
-        summaries.extend(res.ranks)
+        for summary in res.ranks:
+            delta = offsets.get(summary.host or "", 0.0)
+            if delta:
+                summary.first_time = _minus(summary.first_time, delta)
+                summary.last_time = _minus(summary.last_time, delta)
+            summaries.append(summary)
         for rule_id, n in res.hit_counts.items():
             counts[rule_id] = counts.get(rule_id, 0) + n
     ranks = merge_ranks(summaries, failures)
@@ -79,8 +97,57 @@ def align(results: Iterable[FileResult], skew: Mapping[str, float] | None = None
         ranks=ranks,
         frame=build_frame(hits, tracebacks, failures),
         hit_counts=counts,
-        skew=skew,
+        skew=offsets,
+        clock_skew=clock,
     )
+
+
+def _minus(t: float | None, delta: float) -> float | None:
+    return None if t is None else t - delta
+
+
+def estimate_skew(hits: list[Hit], sync_fields: Mapping[str, str]) -> dict[str, ClockSkew]:
+    """Estimate each host's clock offset from events that must be simultaneous.
+
+    Hits of a rule with ``sync: <field>`` that share the field's value (e.g. every rank's
+    watchdog timing out on ``SeqNum=38911``) happened at the same moment; the median gap
+    between a host's and the reference host's times is its offset. The reference is the host
+    seen in most such groups. An offset is applied only when it is at least half a second and
+    more than twice its uncertainty (the spread within hosts, the disagreement between groups,
+    and the timestamp resolution).
+    """
+    groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for h in hits:
+        field_name = sync_fields.get(h.rule_id)
+        ev = h.evidence
+        key = h.fields.get(field_name) if field_name else None
+        if key is None or ev.time is None or ev.time_inferred or not ev.host:
+            continue
+        groups[(h.rule_id, key)][ev.host].append(ev.time)
+    hosts = sorted({host for g in groups.values() for host in g})
+    if len(hosts) < 2:
+        return {}
+    ref = max(hosts, key=lambda host: (sum(host in g for g in groups.values()), -hosts.index(host)))
+    out = {ref: ClockSkew(0.0, 0.0, "reference clock", True)}
+    for host in hosts:
+        if host == ref:
+            continue
+        shared = [(k, g) for k, g in groups.items() if host in g and ref in g]
+        if not shared:
+            continue
+        diffs = [statistics.median(g[host]) - statistics.median(g[ref]) for _, g in shared]
+        spread = [(max(g[host]) - min(g[host]) + max(g[ref]) - min(g[ref])) / 2 for _, g in shared]
+        times = [t for _, g in shared for t in (*g[host], *g[ref])]
+        resolution = 0.5 if all(t == int(t) for t in times) else 0.001
+        offset = statistics.median(diffs)
+        mad = statistics.median(abs(d - offset) for d in diffs)
+        uncertainty = max(statistics.median(spread), mad, resolution)
+        (rule_id, key), _ = shared[0]
+        example = f"{rule_id} {sync_fields[rule_id]}={key}"
+        basis = f"{len(shared)} simultaneous event group(s), e.g. {example}"
+        applied = abs(offset) >= 0.5 and abs(offset) > 2 * uncertainty
+        out[host] = ClockSkew(round(offset, 3), round(uncertainty, 3), basis, applied)
+    return out
 
 
 def fix_years(results: list[FileResult]) -> list[FileResult]:

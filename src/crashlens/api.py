@@ -78,7 +78,8 @@ def analyze(
     if not results:
         reasons = "; ".join(notes) if notes else "no files found"
         raise NoInputError(f"nothing readable in the given paths ({reasons})")
-    timeline = align(results, skew)
+    sync = {rule.id: rule.sync for rule in ruleset.rules if rule.sync}
+    timeline = align(results, skew, sync)
     matches = match(timeline.hits, ruleset)
     causes, first = rank(matches, timeline)
     notes.extend(f"detector {k} timed out and was skipped" for k in sorted(matcher.timeouts))
@@ -90,6 +91,7 @@ def analyze(
         notes=notes,
         timeline=timeline.frame,
         tracebacks=timeline.tracebacks,
+        clock_skew=timeline.clock_skew,
         rules_loaded=len(ruleset.rules),
         tool_version=__version__,
     )

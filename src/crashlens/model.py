@@ -156,3 +156,13 @@ class InputFile:
     lines: int = 0
     skipped: str | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSkew:
+    """How far a host's clock runs ahead of the reference host's, and how sure that is."""
+
+    offset_s: float
+    uncertainty_s: float
+    basis: str
+    applied: bool

@@ -298,6 +298,18 @@ def _first(
     )
 
 
+def _last_completed(matches: list[Match]) -> dict[int, int]:
+    """Per rank, the lowest "last completed NCCL work" its watchdog reported."""
+    out: dict[int, int] = {}
+    for m in matches:
+        for h in m.hits:
+            value = h.fields.get("last_completed", "")
+            rank = h.evidence.rank
+            if rank is not None and value.isdigit():
+                out[rank] = min(out.get(rank, int(value)), int(value))
+    return out
+
+
 def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | None:
     """For a hang (timeouts, no crash), the rank that stopped first instead of waiting.
 
@@ -314,9 +326,19 @@ def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | Non
     if not waiting or not known:
         return None
     silent = [r for r in known if r.rank not in waiting]
-    pool = silent or known
+    completed = _last_completed(matches)
+    if silent:
+        pool = silent
+    elif completed:
+        # Everyone timed out: the straggler is the rank that completed the least work.
+        lowest = min(completed.values())
+        pool = [r for r in known if completed.get(r.rank or -1) == lowest] or known
+    else:
+        pool = known
     culprit = min(pool, key=lambda r: (r.last_time is None, r.last_time or 0.0, r.rank))
     last = culprit.last_lines[-1] if culprit.last_lines else ""
+    if culprit.rank in completed:
+        last = f"{last} (last completed collective: {completed[culprit.rank or 0]})"
     return FirstFailure(
         rank=culprit.rank,
         host=culprit.host,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from crashlens.model import Evidence, InputFile, RankSummary, Traceback
+from crashlens.model import ClockSkew, Evidence, InputFile, RankSummary, Traceback
 from crashlens.rank import Cause, FirstFailure
 
 SCHEMA_VERSION = 1
@@ -36,6 +36,7 @@ class Report:
     notes: list[str]
     timeline: pd.DataFrame = field(repr=False)
     tracebacks: list[Traceback] = field(default_factory=list, repr=False)
+    clock_skew: dict[str, ClockSkew] = field(default_factory=dict)
     rules_loaded: int = 0
     tool_version: str = ""
 
@@ -67,15 +68,61 @@ class Report:
         tail = f"; {symptoms} downstream symptom(s) explained" if symptoms else ""
         return f"{rule.title} ({rule.cls}){where}{tail}."
 
+    def cascade(self) -> list[dict[str, Any]]:
+        """Per class, how many ranks and events the primary cause's symptoms account for."""
+        top = self.primary
+        if top is None:
+            return []
+        per_class: dict[str, dict[str, Any]] = {}
+        for e in top.explains:
+            entry = per_class.setdefault(e.cls, {"class": e.cls, "ranks": set(), "events": 0})
+            entry["ranks"].update(e.ranks)
+            entry["events"] += e.count
+        return [
+            {"class": c["class"], "ranks": sorted(c["ranks"]), "events": c["events"]}
+            for c in sorted(per_class.values(), key=lambda c: -c["events"])
+        ]
+
+    @property
+    def story(self) -> str:
+        """The first failure and its cascade in one sentence."""
+        ff, top = self.first_failure, self.primary
+        if ff is None or top is None:
+            return self.verdict
+        who = f"rank {ff.rank}" if ff.rank is not None else "the job"
+        host = f" on {ff.host}" if ff.host else ""
+        when = f" at {iso(ff.time)}" if ff.time is not None else ""
+        verb = "stopped making progress first (hang)" if ff.kind == "hang" else "failed first"
+        text = f"{who}{host} {verb} ({top.match.rule.title}{when})"
+        parts = [
+            f"{len(c['ranks'])} rank(s) then showed {c['class']} ({c['events']} event(s))"
+            for c in self.cascade()
+            if c["ranks"]
+        ]
+        if parts:
+            text += "; " + "; ".join(parts) + " — symptoms"
+        return text[0].upper() + text[1:] + "."
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (docs/json.md); keys are stable across minor versions."""
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "crashlens", "version": self.tool_version},
             "verdict": self.verdict,
+            "story": self.story,
             "causes": [_cause(c) for c in self.causes],
             "first_failure": _first(self.first_failure),
             "ranks": [_rank(r) for r in self.ranks],
+            "clock_skew": {
+                host: {
+                    "offset_s": c.offset_s,
+                    "uncertainty_s": c.uncertainty_s,
+                    "basis": c.basis,
+                    "applied": c.applied,
+                }
+                for host, c in sorted(self.clock_skew.items())
+            },
+            "cascade": self.cascade(),
             "inputs": {
                 "files": [
                     {"path": f.path, "bytes": f.bytes, "kind": f.kind, "lines": f.lines}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -17,13 +18,15 @@ from crashlens.rulebase.schema import SEVERITY_WEIGHT, Condition, Detector, Rule
 
 _RULE_KEYS = {
     "id", "title", "class", "severity", "kind", "description", "detectors", "condition",
-    "explains", "remediation", "references", "repro", "fallback", "tags",
+    "explains", "remediation", "references", "repro", "fallback", "tags", "sync",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 MAX_RULE_FILE = 1 << 20
+#: Deepest nesting of YAML collections a rule file may use (rules need about four levels).
+MAX_DEPTH = 32
 _NOT_RULES = {"expect.yaml", "expected.yaml", "expect.yml", "expected.yml"}
 
 
@@ -94,6 +97,7 @@ def load_rule_file(path: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"cannot read rule file: {exc}", path=shown) from None
     try:
+        _refuse_bombs(text, shown)
         data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -107,18 +111,53 @@ def load_rule_file(path: Path) -> Rule:
     return build_rule(data, shown)
 
 
+def _refuse_bombs(text: str, shown: str) -> None:
+    """Refuse what a rule never needs and an attacker would use, before anything is built.
+
+    Aliases (``*name``) are how "billion laughs" files expand to gigabytes, and nesting deeper
+    than :data:`MAX_DEPTH` is how they exhaust the stack; one pass over the parser's events
+    finds both.
+
+    Raises:
+        RuleError: naming the line of the alias or of the too-deep collection.
+    """
+    depth = 0
+    fast: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for event in yaml.parse(text, Loader=fast):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark else None
+            raise RuleError(
+                "YAML aliases (*name) are not allowed in rule files", path=shown, line=line
+            )
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise RuleError(f"nested deeper than {MAX_DEPTH} levels", path=shown, line=line)
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+
+
+def _line(node: dict[str, Any]) -> int | None:
+    line = node.get("__line__")
+    return line if isinstance(line, int) and not isinstance(line, bool) else None
+
+
 def _fail(msg: str, path: str, node: dict[str, Any]) -> RuleError:
-    return RuleError(msg, path=path, line=node.get("__line__"))
+    return RuleError(msg, path=path, line=_line(node))
 
 
 def build_rule(data: dict[str, Any], path: str) -> Rule:
     """Turn one parsed YAML mapping into a :class:`Rule`, checking every field."""
     unknown = set(data) - _RULE_KEYS - {"__line__"}
     if unknown:
-        raise _fail(f"unknown key(s): {', '.join(sorted(unknown))}", path, data)
+        raise _fail(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}", path, data)
     for key in ("id", "title", "class", "severity", "detectors"):
         if key not in data:
             raise _fail(f"missing required key '{key}'", path, data)
+    for key in ("id", "title", "class", "severity", "kind", "description", "remediation", "repro"):
+        if isinstance(data.get(key), (dict, list)):
+            raise _fail(f"'{key}' must be a single value, not a list or mapping", path, data)
     rule_id = str(data["id"])
     if not _ID.match(rule_id):
         raise _fail(f"id '{rule_id}' must be kebab-case", path, data)
@@ -142,7 +181,7 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
         detectors=detectors,
         condition=condition,
         path=path,
-        line=int(data.get("__line__", 1)),
+        line=_line(data) or 1,
         description=str(data.get("description", "")).strip(),
         explains=_strings(data.get("explains"), "explains", path, data),
         remediation=str(data.get("remediation", "")).strip(),
@@ -150,6 +189,7 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
         repro=str(data["repro"]) if data.get("repro") else None,
         fallback=bool(data.get("fallback", False)),
         tags=_strings(data.get("tags"), "tags", path, data),
+        sync=str(data["sync"]) if data.get("sync") else None,
     )
 
 
@@ -164,31 +204,36 @@ def _strings(value: Any, key: str, path: str, node: dict[str, Any]) -> tuple[str
 
 
 def _detectors(value: Any, path: str, node: dict[str, Any]) -> tuple[Detector, ...]:
-    if not isinstance(value, dict) or len(value) <= 1:
+    if not isinstance(value, dict) or not set(value) - {"__line__"}:
         raise _fail("'detectors' must map names to detectors", path, node)
     out = []
     for name, spec in value.items():
         if name == "__line__":
             continue
         if isinstance(spec, str):
-            spec = {"regex": spec, "__line__": value["__line__"]}
+            spec = {"regex": spec, "__line__": _line(value)}
         if not isinstance(spec, dict) or "regex" not in spec:
             raise _fail(f"detector '{name}' needs a 'regex'", path, value)
         unknown = set(spec) - _DETECTOR_KEYS - {"__line__"}
         if unknown:
-            raise _fail(f"detector '{name}': unknown key(s) {sorted(unknown)}", path, spec)
+            keys = sorted(map(str, unknown))
+            raise _fail(f"detector '{name}': unknown key(s) {keys}", path, spec)
         out.append(_detector(str(name), spec, path))
     return tuple(out)
 
 
 def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
-    pattern_text = str(spec["regex"])
+    if not isinstance(spec["regex"], str):
+        raise _fail(f"detector '{name}': 'regex' must be a string", path, spec)
+    pattern_text = spec["regex"]
     ignore_case = bool(spec.get("ignore_case", False))
     try:
         pattern = regex.compile(pattern_text, regex.IGNORECASE if ignore_case else 0)
-    except regex.error as exc:
+    except (regex.error, ValueError, OverflowError, TypeError) as exc:
         raise _fail(f"detector '{name}': invalid regex: {exc}", path, spec) from None
-    scope = str(spec.get("scope", "line"))
+    except (RecursionError, MemoryError):
+        raise _fail(f"detector '{name}': regex is too complex to compile", path, spec) from None
+    scope = spec.get("scope", "line")
     if scope not in ("line", "exception", "traceback"):
         raise _fail(f"detector '{name}': scope must be line, exception or traceback", path, spec)
     sources = spec.get("sources")
@@ -204,7 +249,7 @@ def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
     return Detector(
         name=name,
         pattern=pattern,
-        scope=scope,  # type: ignore[arg-type]
+        scope=scope,
         sources=sources,
         literals=literals,
         ignore_case=ignore_case,
@@ -220,7 +265,7 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
         raise _fail("'condition' must be a detector name or a mapping", path, node)
     unknown = set(value) - _CONDITION_KEYS - {"__line__"}
     if unknown:
-        raise _fail(f"condition: unknown key(s) {sorted(unknown)}", path, value)
+        raise _fail(f"condition: unknown key(s) {sorted(map(str, unknown))}", path, value)
     parts = {k: _strings(value.get(k), k, path, value) for k in ("any", "all", "not")}
     for refs in parts.values():
         for ref in refs:
@@ -228,16 +273,21 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
                 raise _fail(f"condition names unknown detector '{ref}'", path, value)
     if not parts["any"] and not parts["all"]:
         raise _fail("condition needs 'any' or 'all'", path, value)
-    same = str(value.get("same", "rank"))
+    same = value.get("same", "rank")
     if same not in ("rank", "host", "job"):
         raise _fail("condition 'same' must be rank, host or job", path, value)
     within = value.get("within")
-    if within is not None and not isinstance(within, (int, float)):
+    if within is not None and (
+        isinstance(within, bool)
+        or not isinstance(within, (int, float))
+        or not math.isfinite(within)
+        or within < 0
+    ):
         raise _fail("condition 'within' must be a number of seconds", path, value)
     return Condition(
         any=parts["any"],
         all=parts["all"],
         none=parts["not"],
         within=float(within) if within is not None else None,
-        same=same,  # type: ignore[arg-type]
+        same=same,
     )

@@ -63,6 +63,8 @@ class Rule:
     repro: str | None = None
     fallback: bool = False
     tags: tuple[str, ...] = ()
+    #: A field whose equal values mark the same moment on every rank (clock-skew basis).
+    sync: str | None = None
 
     @property
     def weight(self) -> float:

@@ -1,0 +1,79 @@
+"""Cross-rank forensics: clock skew from simultaneous events, hangs, cascades."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crashlens import analyze
+
+WATCHDOG = (
+    "[rank{r}]:[E501 {t} ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=100, OpType=ALLREDUCE, NumelIn=1048576, "
+    "NumelOut=1048576, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n"
+)
+PROGRESS = (
+    "[rank{r}]:[E501 {t} ProcessGroupNCCL.cpp:1583] [PG 0 (default_pg) Rank {r}] Timeout at NCCL "
+    "work: 100, last enqueued NCCL work: 100, last completed NCCL work: {done}.\n"
+)
+STEP = "2024-05-01 {t},000 INFO train: step 7 loss 1.25\n"
+OOM = (
+    "[rank{r}]: Traceback (most recent call last):\n"
+    '[rank{r}]:   File "/home/u/train.py", line 40, in <module>\n'
+    "[rank{r}]:     loss.backward()\n"
+    "[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has "
+    "a total capacity of 79.15 GiB of which 1.00 GiB is free.\n"
+)
+ILLEGAL = (
+    "[rank{r}]: Traceback (most recent call last):\n"
+    '[rank{r}]:   File "/home/u/train.py", line 41, in <module>\n'
+    "[rank{r}]:     torch.cuda.synchronize()\n"
+    "[rank{r}]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+
+
+def write(root: Path, host: str, rank: int, text: str) -> None:
+    (root / host).mkdir(parents=True, exist_ok=True)
+    (root / host / f"rank_{rank}.log").write_text(text)
+
+
+def test_three_seconds_of_clock_skew_still_names_the_right_first_rank(tmp_path: Path) -> None:
+    # True story: rank 2 (node-02) runs out of memory at 03:14:00, rank 0 (node-01) hits an
+    # illegal memory access at 03:14:01.5. node-02's clock runs 3 s ahead, so its log says
+    # 03:14:03. Both hosts' surviving ranks time out on SeqNum=100 at the same true moment.
+    write(tmp_path, "node-01", 0, STEP.format(t="03:14:01") + ILLEGAL.format(r=0))
+    write(tmp_path, "node-01", 1, STEP.format(t="03:13:00") + WATCHDOG.format(r=1, t="03:24:00.1"))
+    write(tmp_path, "node-02", 2, STEP.format(t="03:14:03") + OOM.format(r=2))
+    write(tmp_path, "node-02", 3, STEP.format(t="03:13:03") + WATCHDOG.format(r=3, t="03:24:03.1"))
+    report = analyze([tmp_path])
+    skew = report.to_dict()["clock_skew"]
+    assert skew["node-01"]["offset_s"] == 0.0
+    assert abs(skew["node-02"]["offset_s"] - 3.0) < 0.01 and skew["node-02"]["applied"]
+    assert "SeqNum" not in skew["node-02"]["basis"] and "seq=100" in skew["node-02"]["basis"]
+    assert report.first_failure is not None and report.first_failure.rank == 2
+    assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
+    # Without the correction the other rank looks first: the estimate is what decides.
+    override = analyze([tmp_path], skew={"node-02": 0.0})
+    assert override.first_failure is not None and override.first_failure.rank == 0
+
+
+def test_hang_where_every_rank_timed_out_names_the_straggler(tmp_path: Path) -> None:
+    for rank, done in ((0, 99), (1, 99), (2, 98), (3, 99)):
+        text = STEP.format(t="03:13:00") + WATCHDOG.format(r=rank, t="03:24:00.1")
+        text += PROGRESS.format(r=rank, t="03:24:00.1", done=done)
+        write(tmp_path, "node-01", rank, text)
+    report = analyze([tmp_path])
+    ff = report.first_failure
+    assert ff is not None and ff.kind == "hang" and ff.rank == 2
+    assert "last completed collective: 98" in ff.text
+    assert report.primary is not None and report.primary.kind == "symptom"
+
+
+def test_story_and_cascade_counts() -> None:
+    from conftest import FIXTURES
+
+    report = analyze([FIXTURES / "gpu/nccl_timeout_cascade"])
+    data = report.to_dict()
+    assert data["story"].startswith("Rank 5 on node-02 failed first (CUDA out of memory")
+    cascade = {c["class"]: c for c in data["cascade"]}
+    assert cascade["nccl_timeout"]["ranks"] == [0, 1, 2, 3]
+    assert "symptoms" in data["story"]
