@@ -87,7 +87,13 @@ def align(
         for rule_id, n in res.hit_counts.items():
             counts[rule_id] = counts.get(rule_id, 0) + n
     ranks = merge_ranks(summaries, failures)
-    hits = join_pids(hits, ranks)
+    rank_map = {key: rank for res in results for key, rank in res.rank_map.items()}
+    rank_map.update(
+        ((f.host, f.local_rank), f.rank)
+        for f in failures
+        if f.host and f.local_rank is not None and f.rank is not None
+    )
+    hits = join_hosts(join_local_ranks(join_pids(hits, ranks), rank_map))
     hits.sort(key=lambda h: _order(h.evidence))
     tracebacks.sort(key=lambda t: (t.time is None, t.time or 0.0, t.source.path, t.start_line))
     return Timeline(
@@ -216,6 +222,53 @@ def join_pids(hits: list[Hit], ranks: list[RankSummary]) -> list[Hit]:
             if len(found) == 1:
                 rank = next(iter(found))
                 h = dataclasses.replace(h, evidence=dataclasses.replace(h.evidence, rank=rank))
+        out.append(h)
+    return out
+
+
+def join_local_ranks(hits: list[Hit], rank_map: Mapping[tuple[str, int], int]) -> list[Hit]:
+    """Attribute launcher lines that name a local rank on a host (``--local_rank=1``)."""
+    out = []
+    for h in hits:
+        local = h.fields.get("local_rank", "")
+        ev = h.evidence
+        if ev.rank is None and ev.host and local.isdigit():
+            rank = rank_map.get((ev.host, int(local)))
+            if rank is not None:
+                h = dataclasses.replace(h, evidence=dataclasses.replace(ev, rank=rank))
+        out.append(h)
+    return out
+
+
+#: A rank-less hit joins a ranked hit of the same rule on its host only this close in time.
+HOST_JOIN_WINDOW_S = 300.0
+
+
+def join_hosts(hits: list[Hit]) -> list[Hit]:
+    """Give a rank-less hit the rank of the same rule's evidence on the same host.
+
+    A faulthandler dump printed straight to a node's console names no rank, but the launcher
+    line for the same crash does ("exits with return code = -11" for local rank 1); when
+    exactly one rank of that host has the same finding nearby, it is the same event.
+    """
+    ranked: dict[tuple[str, str], list[Hit]] = defaultdict(list)
+    for h in hits:
+        if h.evidence.rank is not None and h.evidence.host:
+            ranked[(h.rule_id, h.evidence.host)].append(h)
+    out = []
+    for h in hits:
+        ev = h.evidence
+        if ev.rank is None and ev.host:
+            near = {
+                o.evidence.rank
+                for o in ranked.get((h.rule_id, ev.host), [])
+                if ev.time is None
+                or o.evidence.time is None
+                or abs(o.evidence.time - ev.time) <= HOST_JOIN_WINDOW_S
+            }
+            if len(near) == 1:
+                rank = next(iter(near))
+                h = dataclasses.replace(h, evidence=dataclasses.replace(ev, rank=rank))
         out.append(h)
     return out
 

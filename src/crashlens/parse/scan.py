@@ -28,6 +28,7 @@ STRUCTURAL_TRIGGERS = (
     "Fatal Python error: ",
     "Root Cause (first observed failure):",
     "Failures:",
+    "global_rank_mapping=",
 )
 BLOCK = 8 << 20
 #: A line is cut to this many bytes before decoding (the text limit is applied after).

@@ -39,6 +39,7 @@ UNTIMED_PATIENCE = 2000
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
+_HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
 
 
@@ -124,6 +125,8 @@ class FileResult:
     lines: int
     hit_counts: dict[str, int]
     assumed_year: int | None = None
+    #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
+    rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class FileParser:
@@ -154,6 +157,7 @@ class FileParser:
         self.per_det: dict[tuple[str, str, int], int] = {}
         self.mono_offset: float | None = None
         self.year_known = False
+        self.rank_map: dict[tuple[str, int], int] = {}
         self.lines = 0
         self.last_lineno = 0
 
@@ -192,6 +196,8 @@ class FileParser:
                 stream.watch.later.append(later)
         if self.source.kind == "kernel" and self.mono_offset is None:
             self._learn_monotonic(text)
+        if "global_rank_mapping=" in text:
+            self._learn_rank_mapping(text)
         if stream.untimed:
             self._settle_untimed(stream, text)
             stream.untimed_wait += 1
@@ -251,6 +257,14 @@ class FileParser:
         if stamp.monotonic:
             return None if self.mono_offset is None else stamp.value + self.mono_offset
         return stamp.value
+
+    def _learn_rank_mapping(self, text: str) -> None:
+        """DeepSpeed's ``global_rank_mapping={'node-01': [0, 1], ...}``: (host, local) -> rank."""
+        tail = text.split("global_rank_mapping=", 1)[1]
+        for m in _HOST_RANKS.finditer(tail):
+            ranks = [int(r) for r in m["ranks"].split(",") if r.strip().isdigit()]
+            for local, rank in enumerate(ranks):
+                self.rank_map[(m["host"], local)] = rank
 
     def _learn_monotonic(self, text: str) -> None:
         mono = monotonic_after_syslog(text)
@@ -471,6 +485,8 @@ class FileParser:
                     )
                 )
             failures.extend(self._failure(stream, e) for e in stream.summary.done)
+            if stream.host and stream.local_rank is not None and stream.rank is not None:
+                self.rank_map.setdefault((stream.host, stream.local_rank), stream.rank)
             ranks.append(self._summary(stream))
         hits = [self._freeze(h, tb_ids) for h in self.hits]
         return FileResult(
@@ -481,6 +497,7 @@ class FileParser:
             self.lines,
             self.hit_counts,
             assumed_year=None if self.year_known else self.year,
+            rank_map=self.rank_map,
         )
 
     def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:

@@ -62,6 +62,14 @@ def renderables(report: Report) -> list[RenderableType]:
     top = report.primary
     style = "bold red" if top and top.kind == "cause" else ("bold yellow" if top else "bold green")
     out.append(Text.assemble(("crashlens: ", "bold"), (clean(report.verdict), style)))
+    if report.first_failure is not None:
+        out.append(Text(clean(report.story)))
+    shifted = {h: c for h, c in report.clock_skew.items() if c.applied and c.offset_s}
+    if shifted:
+        parts = [
+            f"{h} {c.offset_s:+.3f}s ±{c.uncertainty_s:.3f}" for h, c in sorted(shifted.items())
+        ]
+        out.append(Text("Clock skew corrected: " + ", ".join(parts), "dim"))
     ff = report.first_failure
     if ff is not None:
         where = f"rank {ff.rank}" if ff.rank is not None else "the process"
