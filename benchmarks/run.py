@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generate import OOM_RANK, generate  # noqa: E402
+from generate import OOM_RANK, generate
 
-from crashlens.parse.matcher import LineMatcher  # noqa: E402
-from crashlens.rulebase import load_rules  # noqa: E402
+from crashlens.parse.matcher import LineMatcher
+from crashlens.rulebase import load_rules
 
 
 def grep_pattern() -> str:
@@ -35,11 +35,17 @@ def grep_pattern() -> str:
     return "|".join(re.sub(r"([][\\.^$*+?(){}|])", r"\\\1", lit) for lit in literals)
 
 
-def timed(cmd: list[str]) -> tuple[float, int, subprocess.CompletedProcess[str]]:
-    """Run ``cmd``; return wall seconds, the child's peak RSS (KiB) and the process result."""
+def timed(
+    cmd: list[str], discard: bool = False
+) -> tuple[float, int, subprocess.CompletedProcess[str]]:
+    """Run ``cmd``; return wall seconds, the largest process's peak RSS (KiB) and the result."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if discard:
+        out = subprocess.DEVNULL
+        proc = subprocess.run(cmd, stdout=out, stderr=out, text=True, check=False)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return wall, max(peak, before), proc
@@ -50,6 +56,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--mb-per-rank", type=float, default=8.0)
     ap.add_argument("--tree", type=Path, help="reuse (or create) the tree here")
+    ap.add_argument("--lnav", action="store_true", help="also time `lnav -n` indexing and merging")
     args = ap.parse_args()
     tmp = None
     tree = args.tree
@@ -65,6 +72,10 @@ def main() -> None:
             [sys.executable, "-m", "crashlens", "analyze", str(tree), "-f", "json"]
         )
         report = json.loads(c.stdout)
+        l_wall = None
+        if args.lnav and shutil.which("lnav"):
+            files = sorted(str(p) for p in tree.rglob("*.log"))
+            l_wall, _, _ = timed(["lnav", "-n", *files], discard=True)
         ff = report["first_failure"] or {}
         print(f"tree: {size / 1e6:.0f} MB, {args.ranks} ranks")
         print(f"grep -cE (rule anchors): {g_wall:.2f} s (exit {g.returncode})")
@@ -73,6 +84,8 @@ def main() -> None:
             f"peak RSS {c_rss / 1024:.0f} MB"
         )
         print(f"ratio analyze/grep: {c_wall / g_wall:.1f}x")
+        if l_wall is not None:
+            print(f"lnav -n (index + merge): {l_wall:.2f} s; lnav/analyze: {l_wall / c_wall:.1f}x")
         top = report["causes"][0]["class"] if report["causes"] else None
         print(f"diagnosis: {top}, first failing rank {ff.get('rank')} (expected {OOM_RANK})")
         if top != "cuda_oom" or ff.get("rank") != OOM_RANK:

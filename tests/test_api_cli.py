@@ -187,3 +187,44 @@ def test_post_slack_from_the_command_line() -> None:
     refused = runner.invoke(app, ["analyze", job, "-q", "--post-slack", url])
     assert refused.exit_code == 2
     assert "secret" not in refused.output
+
+
+def test_traceback_in_a_stamped_console_is_diagnosed(tmp_path: Path) -> None:
+    lines = [
+        "2024-05-01 03:14:00,001 2024-05-01 03:14:00,000 INFO train: step 7 loss 1.2",
+        "2024-05-01 03:14:01,500 Traceback (most recent call last):",
+        '2024-05-01 03:14:01,500   File "/home/u/train.py", line 40, in <module>',
+        "2024-05-01 03:14:01,500     main()",
+        "2024-05-01 03:14:01,501 ValueError: label index 11 out of range for 10 classes",
+        "2024-05-01 03:14:01,900 crashlens run: python failed (exitcode: 1)",
+    ]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    report = analyze([tmp_path])
+    assert report.primary is not None and report.primary.match.rule.cls == "user_code_error"
+    ev = report.primary.evidence[0]
+    assert ev.line == 5 and ev.text.startswith("ValueError: label index 11")
+    assert report.first_failure is not None and report.first_failure.time is not None
+
+
+def test_run_wraps_a_failing_command_and_diagnoses_it(tmp_path: Path) -> None:
+    script = "import sys; print('step 1', flush=True); raise KeyError('input_ids')"
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashlens", "run", "--log-dir", str(tmp_path / "logs"), "--",
+         sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "step 1" in proc.stdout
+    assert "KeyError" in proc.stderr and "user_code_error" in proc.stderr
+    assert (tmp_path / "logs" / "console.log").is_file()
+
+
+def test_analyze_repro_runs_the_top_causes_repro(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["analyze", str(FIXTURES / "repro/host_oom"), "-q", "--repro", "--repro-out",
+         str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "reproduced" in result.output.lower()
+    assert (tmp_path / "out" / "logs").is_dir()

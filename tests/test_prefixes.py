@@ -51,3 +51,25 @@ def test_nccl_origin() -> None:
     assert origin is not None
     assert (origin.host, origin.pid) == ("node-01", 73342)
     assert nccl_origin("plain line") is None
+
+
+def test_stamped_console_strips_the_tools_timestamp_and_keeps_it() -> None:
+    head = [
+        "2024-05-01 03:14:00,101 2024-05-01 03:14:00,100 INFO train: step 1",
+        "2024-05-01 03:14:00,200 Traceback (most recent call last):",
+        '2024-05-01 03:14:00,200   File "train.py", line 3, in <module>',
+        "2024-05-01 03:14:00,201 ValueError: boom",
+    ]
+    style = sniff_style(head)
+    assert style.stamped
+    text, p = strip(head[2], style)
+    assert text == '  File "train.py", line 3, in <module>'
+    assert p.stamp == "2024-05-01 03:14:00,200 "
+    kube = strip("2024-05-01T03:14:00.123456789Z [rank3]: Traceback (most recent call last):",
+                 sniff_style(["2024-05-01T03:14:00.1Z [rank3]: x"] * 3))  # fmt: skip
+    assert kube[0] == "Traceback (most recent call last):" and kube[1].rank == 3
+
+
+def test_plain_logging_file_is_not_a_stamped_console() -> None:
+    head = [f"2024-05-01 03:14:0{i},000 INFO train: step {i}" for i in range(5)]
+    assert not sniff_style(head).stamped

@@ -15,10 +15,13 @@ import typer
 from crashlens import __version__
 from crashlens.api import analyze as run_analysis
 from crashlens.errors import CrashlensError, ExitCode
+from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.render import FORMATS
 from crashlens.render.schema import load_schema
 from crashlens.render.slack import post_slack
 from crashlens.report import Report
+from crashlens.repro.catalog import for_report
+from crashlens.repro.cli import repro_app, run_for_report
 from crashlens.rulebase import RuleSet, default_rules_dir, load_rules
 from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
@@ -105,6 +108,17 @@ def analyze(
     show_traceback: Annotated[
         bool, typer.Option("--traceback", help="Show internal errors in full.")
     ] = False,
+    repro: Annotated[
+        bool,
+        typer.Option(
+            "--repro",
+            help="Then run the top cause's minimal repro; the exit code becomes the repro's "
+            "(0 reproduced, 1 not, 3 cannot run here) when there is one.",
+        ),
+    ] = False,
+    repro_out: Annotated[
+        Path | None, typer.Option("--repro-out", help="Output directory of the --repro run.")
+    ] = None,
 ) -> None:
     """Analyse the logs of a crashed job and print a ranked diagnosis.
 
@@ -140,6 +154,10 @@ def analyze(
             post_slack(post_slack_url, report.render("slack"))
         except CrashlensError as exc:
             _fail(str(exc))
+    if repro:
+        code = run_for_report(report, repro_out, err=not quiet)
+        if for_report(report) is not None:
+            raise typer.Exit(code)
     raise typer.Exit(int(_exit_code(report, fail_on, exit_zero)))
 
 
@@ -173,6 +191,9 @@ def schema() -> None:
 
 rules_app = typer.Typer(help="List, show, lint and test rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+app.add_typer(repro_app, name="repro")
+app.command("run", context_settings=RUN_CONTEXT)(run_command)
+app.command("watch")(watch_command)
 
 RulesOption = Annotated[
     list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")

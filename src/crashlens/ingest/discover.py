@@ -7,6 +7,7 @@ is often the only place a rank or host is written, so it is read once, here.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -92,9 +93,15 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Candidate]:
 
 
 def _walk(root: Path, shown_root: str) -> Iterator[Candidate]:
-    real_root = root.resolve()
+    try:
+        real_root = root.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        yield Candidate(path=root, display=shown_root, skipped=f"cannot resolve: {_reason(exc)}")
+        return
     seen_dirs: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    errors: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append, followlinks=False):
+        yield from _listing_errors(errors, root, shown_root)
         try:
             st = os.stat(dirpath)
         except OSError:
@@ -105,21 +112,87 @@ def _walk(root: Path, shown_root: str) -> Iterator[Candidate]:
             continue
         seen_dirs.add(key)
         dirnames.sort()
-        for name in sorted(filenames):
+        # os.walk lists a symlink to a directory with the directories but never enters it:
+        # it is reported (a loop, outside the tree, or a duplicate of a walked directory).
+        linked_dirs = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = [d for d in dirnames if d not in linked_dirs]
+        for name in sorted([*filenames, *linked_dirs]):
             path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            display = f"{shown_root.rstrip('/')}/{rel}"
+            display = _display(path, root, shown_root)
+            if name in linked_dirs:
+                yield Candidate(
+                    path=path, display=display, skipped=_dir_link_reason(path, real_root)
+                )
+                continue
             if path.is_symlink():
-                target = path.resolve()
-                if not target.exists():
-                    yield Candidate(path=path, display=display, skipped="broken symlink")
-                    continue
-                if real_root not in target.parents and target != real_root:
-                    yield Candidate(
-                        path=path, display=display, skipped="symlink points outside the input tree"
-                    )
+                reason = _file_link_reason(path, real_root)
+                if reason is not None:
+                    yield Candidate(path=path, display=display, skipped=reason)
                     continue
             yield _check_file(path, display)
+    yield from _listing_errors(errors, root, shown_root)
+
+
+def _display(path: Path, root: Path, shown_root: str) -> str:
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+    if rel == ".":
+        return shown_root
+    return f"{shown_root.rstrip('/')}/{rel}"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, RuntimeError):  # pathlib's "Symlink loop from ..." (Python < 3.13)
+        return "symlink loop"
+    return str(exc) or type(exc).__name__
+
+
+def _listing_errors(errors: list[OSError], root: Path, shown_root: str) -> Iterator[Candidate]:
+    """Directories ``os.walk`` could not list (no permission, vanished): one note each."""
+    while errors:
+        exc = errors.pop(0)
+        where = Path(exc.filename) if exc.filename else root
+        yield Candidate(
+            path=where,
+            display=_display(where, root, shown_root),
+            skipped=f"cannot list directory: {_reason(exc)}",
+        )
+
+
+def _file_link_reason(path: Path, real_root: Path) -> str | None:
+    """Why a symlink found in the tree is not read (None: it points at a file inside the tree)."""
+    try:
+        target = path.resolve(strict=True)
+    except RuntimeError:
+        return "symlink loop"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        return "broken symlink"
+    if real_root not in target.parents and target != real_root:
+        return "symlink points outside the input tree"
+    return None
+
+
+def _dir_link_reason(path: Path, real_root: Path) -> str:
+    """Why a symlink to a directory is not walked (it never is: its target is reported)."""
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "symlink loop"
+    if (
+        target == real_root
+        or target in path.parent.resolve().parents
+        or target == (path.parent.resolve())
+    ):
+        return "symlink loop (points to an ancestor directory); not followed"
+    if real_root not in target.parents:
+        return "symlink points outside the input tree"
+    return "symlink to a directory inside the input tree; not followed (its target is read)"
 
 
 def _check_file(path: Path, display: str) -> Candidate:

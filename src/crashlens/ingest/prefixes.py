@@ -18,6 +18,10 @@ _MPI = regex.compile(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
 _SRUN = regex.compile(r" *(?P<n>\d{1,5}): ")
 _PDSH = regex.compile(r"(?P<host>[A-Za-z][\w\-.]*): ")
 _KUBECTL = regex.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
+_LEADING_STAMP = regex.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
+)
+_NEEDS_STAMP_STRIP = regex.compile(r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]")
 _NCCL_HOST = regex.compile(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 
 
@@ -29,6 +33,8 @@ class Prefix:
     local_rank: int | None = None
     host: str | None = None
     pid: int | None = None
+    #: A timestamp some tool put in front of every line (with its trailing space).
+    stamp: str = ""
 
 
 NO_PREFIX = Prefix()
@@ -44,6 +50,7 @@ class PrefixStyle:
 
     srun: bool = False
     pdsh: bool = False
+    stamped: bool = False
 
 
 def sniff_style(head: Iterable[str]) -> PrefixStyle:
@@ -51,10 +58,20 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     lines = [line for line in head if line.strip()]
     if not lines:
         return PrefixStyle()
+    stamps = [m for line in lines if (m := _LEADING_STAMP.match(line))]
+    # Every line stamped, including ones a program never stamps itself (tracebacks, launcher
+    # prefixes, lines that carry their own logging time): a tool added the stamps.
+    stamped = len(stamps) >= 0.8 * len(lines) and any(
+        _NEEDS_STAMP_STRIP.match(m.string, m.end()) for m in stamps
+    )
+    if stamped:
+        lines = [line[m.end() :] if (m := _LEADING_STAMP.match(line)) else line for line in lines]
     srun = sum(1 for line in lines if _SRUN.match(line))
     hosts = Counter(m["host"] for line in lines if (m := _PDSH.match(line)))
     pdsh_hits = sum(n for host, n in hosts.items() if _looks_like_host(host))
-    return PrefixStyle(srun=srun >= 0.6 * len(lines), pdsh=pdsh_hits >= 0.6 * len(lines))
+    return PrefixStyle(
+        srun=srun >= 0.6 * len(lines), pdsh=pdsh_hits >= 0.6 * len(lines), stamped=stamped
+    )
 
 
 def _looks_like_host(word: str) -> bool:
@@ -68,8 +85,14 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     rank = local_rank = None
     host = None
     pos = 0
+    stamp = ""
+    if style.stamped:
+        m = _LEADING_STAMP.match(text)
+        if m:
+            stamp = m.group(0)
+            pos = m.end()
     if style.pdsh:
-        m = _PDSH.match(text)
+        m = _PDSH.match(text, pos)
         if m:
             host = m["host"]
             pos = m.end()
@@ -99,7 +122,7 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             pos = m.end()
     if pos == 0:
         return text, NO_PREFIX
-    return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host)
+    return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host, stamp=stamp)
 
 
 def nccl_origin(text: str) -> Prefix | None:

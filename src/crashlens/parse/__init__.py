@@ -81,7 +81,7 @@ def parse_binary(
 
 def _interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
     """Whether line prefixes name more than the file's own writer."""
-    if style.srun or style.pdsh:
+    if style.srun or style.pdsh or style.stamped:
         return True
     for line in sample:
         if line.startswith("["):

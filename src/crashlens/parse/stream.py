@@ -169,13 +169,15 @@ class FileParser:
         self.lines += new_line
         self.last_lineno = lineno
         text, prefix = strip(raw, self.style)
+        # A stamped console (``crashlens run``, kubectl --timestamps) has its time in a prefix.
+        timed = prefix.stamp + text if prefix.stamp else text
         stream = self._stream(prefix.rank, prefix.local_rank, prefix.host)
         if prefix.rank is not None and stream.rank is None:
             stream.rank = prefix.rank
         stream.lines += new_line
         if stream.first_time is None and stream.probe_first > 0:
             stream.probe_first -= 1
-            stamp = self._stamp(text)
+            stamp = self._stamp(timed)
             if stamp is not None:
                 stream.first_time = stamp
                 stream.last_stamp = (lineno, stamp)
@@ -191,7 +193,7 @@ class FileParser:
                 if stream.host is None and origin.host:
                     stream.host = origin.host
         if stream.watch is not None and len(stream.watch.later) < HANDLED_AFTER_STAMPS:
-            later = self._stamp(text)
+            later = self._stamp(timed)
             if later is not None:
                 stream.watch.later.append(later)
         if self.source.kind == "kernel" and self.mono_offset is None:
@@ -199,7 +201,7 @@ class FileParser:
         if "global_rank_mapping=" in text:
             self._learn_rank_mapping(text)
         if stream.untimed:
-            self._settle_untimed(stream, text)
+            self._settle_untimed(stream, timed)
             stream.untimed_wait += 1
             if stream.untimed_wait > UNTIMED_PATIENCE:
                 stream.untimed.clear()
@@ -207,7 +209,7 @@ class FileParser:
         in_tb = stream.assembler.feed(lineno, text)
         current = stream.assembler.current
         if current is not None and current.stamp is None:
-            current.stamp = self._time_of(stream, lineno, text)
+            current.stamp = self._time_of(stream, lineno, timed)
             if current.stamp[0] is None:
                 stream.untimed.append(_stamp_setter(current))
         if stream.assembler.done:
@@ -215,8 +217,8 @@ class FileParser:
         matches = self.matcher.match(text, self.source.kind)
         if matches:
             for rule, det, found in matches:
-                self._add_hit(stream, rule, det, found, lineno, text, in_tb)
-        stream.ring.append((lineno, text))
+                self._add_hit(stream, rule, det, found, lineno, text, in_tb, timed)
+        stream.ring.append((lineno, timed))
 
     def _stream(self, rank: int | None, local: int | None, host: str | None) -> _Stream:
         key: tuple[Any, ...]
@@ -356,6 +358,7 @@ class FileParser:
         lineno: int,
         text: str,
         in_tb: bool,
+        timed: str,
     ) -> None:
         self.hit_counts[rule.id] = self.hit_counts.get(rule.id, 0) + 1
         key = (rule.id, det.name, id(stream))
@@ -370,7 +373,7 @@ class FileParser:
             fields=fields,
             lineno=lineno,
             text=text[:MAX_EVIDENCE_TEXT],
-            stamp=self._hit_time(stream, lineno, text, in_tb),
+            stamp=self._hit_time(stream, lineno, timed, in_tb),
             context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
             stream=stream,
             rank_override=stream.summary.current_rank,

@@ -23,17 +23,19 @@ import datetime as _dt
 import importlib.metadata
 import json
 import platform
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from .catalog import SCRIPTS_DIR, discover, parse_header
+from .catalog import Repro as ReproSpec
 from .sandbox import (
     CONSOLE_LOG,
+    RUN_MARKER,
     TORCHRUN_LOG_DIR,
     TRAIN_LOG,
     RunResult,
@@ -43,28 +45,9 @@ from .sandbox import (
     run_script,
 )
 
-SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+__all__ = ["SCRIPTS_DIR", "Expectation", "ReproSpec", "capture_one", "discover", "parse_header"]
+
 DEFAULT_OUT = Path("fixtures/repro")
-_HEADER_RE = re.compile(r"^crashlens-repro:\s*(?P<body>.+)$", re.MULTILINE)
-_DEFAULT_TIMEOUT_S = 90.0
-
-
-@dataclass(frozen=True)
-class ReproSpec:
-    """What a repro script's docstring header declares about it."""
-
-    id: str
-    cls: str
-    ranks: int
-    gpu: bool
-    launcher: str
-    script: Path
-    summary: str
-    options: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def timeout_s(self) -> float:
-        return float(self.options.get("timeout", _DEFAULT_TIMEOUT_S))
 
 
 @dataclass(frozen=True)
@@ -149,41 +132,6 @@ EXPECTATIONS: dict[str, Expectation] = {
 }
 
 
-def parse_header(script: Path) -> ReproSpec:
-    """Read the ``crashlens-repro:`` header from a script's module docstring."""
-    text = script.read_text(encoding="utf-8")
-    match = _HEADER_RE.search(text)
-    if match is None:
-        raise ValueError(f"{script}: no 'crashlens-repro:' header line")
-    fields: dict[str, str] = {}
-    for token in match.group("body").split():
-        key, sep, value = token.partition("=")
-        if not sep:
-            raise ValueError(f"{script}: bad header token {token!r} (expected key=value)")
-        fields[key] = value
-    missing = {"id", "class", "ranks", "gpu", "launcher"} - fields.keys()
-    if missing:
-        raise ValueError(f"{script}: header lacks {sorted(missing)}")
-    summary = text.split('"""', 2)[1].strip().splitlines()[0] if '"""' in text else ""
-    core = ("id", "class", "ranks", "gpu", "launcher")
-    return ReproSpec(
-        id=fields["id"],
-        cls=fields["class"],
-        ranks=int(fields["ranks"]),
-        gpu=fields["gpu"] == "yes",
-        launcher=fields["launcher"],
-        script=script,
-        summary=summary,
-        options={k: v for k, v in fields.items() if k not in core},
-    )
-
-
-def discover(scripts_dir: Path = SCRIPTS_DIR) -> list[ReproSpec]:
-    """All repro scripts with a header, sorted by id."""
-    specs = [parse_header(p) for p in sorted(scripts_dir.glob("*.py")) if p.name != "__init__.py"]
-    return sorted(specs, key=lambda s: s.id)
-
-
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
@@ -193,7 +141,7 @@ def _version(dist: str) -> str:
 
 def _read_logs(result: RunResult) -> str:
     return "\n".join(
-        (result.workdir / rel).read_text(encoding="utf-8", errors="replace") for rel in result.logs
+        (result.logs_dir / rel).read_text(encoding="utf-8", errors="replace") for rel in result.logs
     )
 
 
@@ -208,7 +156,7 @@ def check_capture(spec: ReproSpec, exp: Expectation, result: RunResult) -> list[
         problems.append(f"evidence {exp.evidence!r} not found in the logs")
     if exp.rank_marker is not None and exp.first_failure_rank is not None:
         rank_logs = sorted(
-            (result.workdir / TORCHRUN_LOG_DIR).glob(
+            (result.logs_dir / TORCHRUN_LOG_DIR).glob(
                 f"*/attempt_0/{exp.first_failure_rank}/stderr.log"
             )
         )
@@ -244,7 +192,8 @@ def render_capture_md(
     spec: ReproSpec, result: RunResult, setup: list[str], files: list[str], when: str
 ) -> str:
     """``CAPTURE.md``: how, with what and when the logs were produced."""
-    env_keys = sorted(k for k in result.env if k not in ("PATH", "LANG", "LC_ALL", "TZ"))
+    skip = ("PATH", "LANG", "LC_ALL", "TZ", RUN_MARKER)
+    env_keys = sorted(k for k in result.env if k not in skip)
     env_lines = "\n".join(f"    {k}={result.env[k]}" for k in env_keys)
     setup_lines = "\n".join(f"- {s}" for s in setup) or "- none"
     file_lines = "\n".join(f"- `{f}`" for f in files)
@@ -326,6 +275,7 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
                 timeout_s=spec.timeout_s,
                 params=params,
                 master_port=master_port,
+                torchrun_args=spec.torchrun_args,
             )
         problems = check_capture(spec, exp, result)
         if problems:
@@ -340,7 +290,7 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
         for rel in result.logs:
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(result.workdir / rel, target)
+            shutil.copy2(result.logs_dir / rel, target)
             files.append(rel.as_posix())
         when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         (dest / "CAPTURE.md").write_text(

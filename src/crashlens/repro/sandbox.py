@@ -6,6 +6,12 @@ run reproducible and harmless on a shared machine (loopback networking, one Open
 isolated HOME/TMPDIR/HF cache, offline Hugging Face) and makes sure nothing outlives the run
 (own process group, killed on timeout and at the end). Standard library only, so the capture
 machinery works wherever torch does.
+
+torchrun starts each rank in a session of its own, so the launcher's process group alone does
+not reach them. Every run therefore gets a marker in its environment (``CRASHLENS_REPRO_RUN``,
+inherited by every descendant); at the end, and on timeout, the process group is terminated and
+then every process still carrying the marker (found through ``/proc/<pid>/environ``) is killed.
+:func:`marked_processes` lets a caller (or a test) check that nothing of a run is left.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +35,9 @@ TRAIN_LOG = "train.log"
 CONSOLE_LOG = "console.log"
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
+
+#: Environment variable that marks every process of one run (see :func:`marked_processes`).
+RUN_MARKER = "CRASHLENS_REPRO_RUN"
 
 _TERM_GRACE_S = 3.0
 
@@ -42,7 +52,9 @@ class RunResult:
 
     ``exit_code`` is the launcher's return code as ``subprocess`` reports it (negative when it
     died from a signal, ``None`` only if it could not be reaped); ``signal_name`` names that
-    signal. ``logs`` are the captured log files, relative to ``workdir``.
+    signal. ``logs`` are the captured log files, relative to ``log_root`` (the workdir
+    unless the caller put the logs elsewhere). ``pid`` is the launcher's pid, which is also the
+    run's process group id; ``marker`` the value of :data:`RUN_MARKER` in the run's environment.
     """
 
     command: list[str]
@@ -53,6 +65,14 @@ class RunResult:
     timed_out: bool
     duration_s: float
     logs: list[Path] = field(default_factory=list)
+    log_root: Path | None = None
+    pid: int | None = None
+    marker: str = ""
+
+    @property
+    def logs_dir(self) -> Path:
+        """The directory ``logs`` are relative to."""
+        return self.log_root if self.log_root is not None else self.workdir
 
 
 def free_port() -> int:
@@ -151,6 +171,7 @@ def build_command(
     master_port: int | None,
     log_dir: Path | None,
     params: Mapping[str, str],
+    torchrun_args: Sequence[str] = (),
 ) -> list[str]:
     """Return the argv that launches ``script`` the way users do.
 
@@ -158,7 +179,8 @@ def build_command(
     ``python -m torch.distributed.run`` (what the ``torchrun`` entry point does) with
     ``--log-dir`` and ``--tee 3``, so that both artefacts users really have exist: the per-rank
     ``stdout.log``/``stderr.log`` tree and the ``[defaultN]:``-prefixed console output.
-    ``params`` become ``--key value`` script arguments.
+    ``params`` become ``--key value`` script arguments; ``torchrun_args`` are extra launcher
+    options (e.g. ``--monitor-interval=5``).
     """
     script_args: list[str] = []
     for key, value in params.items():
@@ -184,6 +206,7 @@ def build_command(
             str(log_dir),
             "--tee",
             "3",
+            *torchrun_args,
             str(script),
             *script_args,
         ]
@@ -207,12 +230,15 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def kill_group(pgid: int, grace_s: float = _TERM_GRACE_S) -> None:
+def kill_group(
+    pgid: int, grace_s: float = _TERM_GRACE_S, leader: subprocess.Popen[bytes] | None = None
+) -> None:
     """SIGTERM the whole process group, wait up to ``grace_s``, then SIGKILL what is left.
 
     The run's children (DataLoader workers, torchrun's ranks, datasets pool processes) can
     outlive the launcher; they all share its session/process group, so this leaves nothing
-    running.
+    running. ``leader`` (the launcher's Popen) is reaped while waiting: a dead but unreaped
+    leader is a zombie that still counts as a member of the group.
     """
     try:
         os.killpg(pgid, signal.SIGTERM)
@@ -220,6 +246,8 @@ def kill_group(pgid: int, grace_s: float = _TERM_GRACE_S) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
         if not _group_alive(pgid):
             return
         time.sleep(0.05)
@@ -227,11 +255,52 @@ def kill_group(pgid: int, grace_s: float = _TERM_GRACE_S) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _collect_logs(workdir: Path, main_log: Path) -> list[Path]:
-    logs = [main_log.relative_to(workdir)]
-    log_dir = workdir / TORCHRUN_LOG_DIR
+def marked_processes(marker: str) -> list[int]:
+    """Pids of the live processes whose environment holds ``RUN_MARKER=marker`` (Linux /proc).
+
+    Zombies (already dead, not yet reaped) have an empty environment and are not listed.
+    Processes of other users cannot be read and are skipped: a run only starts its own.
+    """
+    needle = f"{RUN_MARKER}={marker}".encode()
+    found: list[int] = []
+    proc = Path("/proc")
+    if not marker or not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def kill_marked(marker: str, grace_s: float = _TERM_GRACE_S) -> None:
+    """SIGTERM every process of the run (by marker), then SIGKILL those left after ``grace_s``."""
+    pids = marked_processes(marker)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = marked_processes(marker)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _collect_logs(log_root: Path, main_log: Path) -> list[Path]:
+    logs = [main_log.relative_to(log_root)]
+    log_dir = log_root / TORCHRUN_LOG_DIR
     if log_dir.is_dir():
-        logs += sorted(p.relative_to(workdir) for p in log_dir.rglob("*") if p.is_file())
+        logs += sorted(p.relative_to(log_root) for p in log_dir.rglob("*") if p.is_file())
     return logs
 
 
@@ -246,6 +315,8 @@ def run_script(
     as_limit_bytes: int | None = None,
     master_port: int | None = None,
     extra_env: Mapping[str, str] | None = None,
+    log_root: Path | None = None,
+    torchrun_args: Sequence[str] = (),
 ) -> RunResult:
     """Run ``script`` in ``workdir`` and capture its logs there.
 
@@ -254,15 +325,19 @@ def run_script(
     gets its own session, so on timeout and again at the end the whole process group is
     terminated. ``as_limit_bytes`` caps the address space (RLIMIT_AS) of the launcher and its
     children. For torchrun a free ``master_port`` is picked unless one is given (the
-    port-in-use repro passes an occupied one).
+    port-in-use repro passes an occupied one). ``log_root`` (default ``workdir``) is where the
+    main log and torchrun's ``--log-dir`` go, so that the logs can be kept apart from what the
+    script writes in its working directory. On return no process of the run is left.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    log_root = log_root if log_root is not None else workdir
+    log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None
     if launcher == "torchrun":
-        log_dir = workdir / TORCHRUN_LOG_DIR
+        log_dir = log_root / TORCHRUN_LOG_DIR
         if master_port is None:
             master_port = free_port()
-    main_log = workdir / (CONSOLE_LOG if launcher == "torchrun" else TRAIN_LOG)
+    main_log = log_root / (CONSOLE_LOG if launcher == "torchrun" else TRAIN_LOG)
     command = build_command(
         script,
         launcher=launcher,
@@ -270,8 +345,11 @@ def run_script(
         master_port=master_port,
         log_dir=log_dir,
         params=params or {},
+        torchrun_args=torchrun_args,
     )
+    marker = uuid.uuid4().hex
     env = build_env(workdir, extra_env)
+    env[RUN_MARKER] = marker
     preexec = _rlimit_setter(as_limit_bytes) if as_limit_bytes is not None else None
 
     timed_out = False
@@ -288,18 +366,25 @@ def run_script(
             preexec_fn=preexec,
         )
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        duration = time.monotonic() - start
-        if timed_out:
-            kill_group(proc.pid)
             try:
-                proc.wait(timeout=_TERM_GRACE_S)
+                proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                timed_out = True
+            duration = time.monotonic() - start
+            if timed_out:
+                kill_group(proc.pid, leader=proc)
+                try:
+                    proc.wait(timeout=_TERM_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            # Also on KeyboardInterrupt or any error while waiting: nothing may outlive the run.
+            kill_group(proc.pid, leader=proc)  # leftover children (workers, ranks)
+            kill_marked(marker)  # ranks torchrun started in sessions of their own
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        kill_group(proc.pid)  # leftover children (workers, ranks) of a run that ended
 
     code = proc.returncode
     sig_name: str | None = None
@@ -316,5 +401,8 @@ def run_script(
         signal_name=sig_name,
         timed_out=timed_out,
         duration_s=duration,
-        logs=_collect_logs(workdir, main_log),
+        logs=_collect_logs(log_root, main_log),
+        log_root=log_root,
+        pid=proc.pid,
+        marker=marker,
     )

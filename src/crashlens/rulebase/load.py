@@ -102,7 +102,7 @@ def load_rule_file(path: Path) -> Rule:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise RuleError(f"invalid YAML: {problem}", path=shown, line=line) from None
     except RecursionError:
         raise RuleError("rule file is nested too deeply", path=shown) from None

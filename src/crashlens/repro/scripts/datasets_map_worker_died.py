@@ -1,6 +1,6 @@
 """A Hugging Face datasets `.map(num_proc=N)` worker process dies (killed by SIGKILL).
 
-crashlens-repro: id=datasets_map_worker_died class=datasets_map_worker_died ranks=1 gpu=no launcher=python
+crashlens-repro: id=datasets_map_worker_died class=datasets_map_worker_died ranks=1 gpu=no launcher=python requires=datasets
 
 The map function SIGKILLs its own process on one example, as the OOM killer does to a
 tokenization worker that grows too large. datasets notices the dead pool process and raises

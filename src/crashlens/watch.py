@@ -1,0 +1,388 @@
+"""``crashlens watch``: follow a live log tree and speak up as soon as a root cause appears.
+
+A CUDA OOM on one rank is followed by every other rank waiting in a collective until the NCCL
+watchdog fires, often ten minutes later; an alert at the OOM saves those minutes on every GPU.
+The watcher therefore reads only what was appended since the last look, keeps one
+:class:`~crashlens.parse.FileParser` alive per file (the very parser ``analyze`` uses, so a
+signal is detected identically live and post mortem), and after each pass evaluates the rules'
+conditions (:func:`crashlens.match.match`) over the hits found so far.
+
+Memory is bounded by the parsers' own caps plus, per file, one partial line and the first
+:data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style is sniffed.
+
+Reading a live parser's hits: a :class:`FileParser` only freezes hits into
+:class:`~crashlens.model.Hit` objects in ``close()``, which finalizes it. The watcher instead
+freezes a snapshot of ``parser.hits`` (pending hits) with the parser's own ``_freeze``, without
+traceback ids, which only the fallback rule needs and fallback rules never alert (see
+:func:`alertable`). This is a deliberate in-package use of a private method; if ``_freeze``
+changes, :func:`snapshot_hits` is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import itertools
+import os
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashlens.ingest.discover import attribute, discover
+from crashlens.ingest.prefixes import PrefixStyle, sniff_style
+from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, sniff
+from crashlens.match import match
+from crashlens.model import Hit, Source
+from crashlens.parse import SNIFF_LINES, FileParser, LineMatcher, file_year
+from crashlens.rulebase.schema import Rule, RuleSet
+
+#: Most bytes read from one file in one pass while following; a busy file cannot starve the
+#: others, and a watcher that falls behind still advances every file each pass.
+READ_CAP = 8 << 20
+_TRUNCATED = " …[line truncated by crashlens]"
+#: Warn (at most every LAG_WARN_EVERY_S) when this much appended data is still unread.
+LAG_WARN_BYTES = 64 << 20
+LAG_WARN_EVERY_S = 60.0
+
+
+def alertable(rule: Rule) -> bool:
+    """Whether a match of ``rule`` raises an alert: root causes only.
+
+    Symptoms (NCCL timeouts, launcher teardown) are what the alert wants to get ahead of. The
+    fallback "uncaught exception" rule is left out: whether a traceback was fatal or handled is
+    only known once its writer stops logging, and an alert can run ``scancel``.
+    """
+    return rule.kind == "cause" and not rule.fallback
+
+
+def snapshot_hits(parser: FileParser, rule_ids: Collection[str] | None = None) -> list[Hit]:
+    """Frozen copies of the hits a live parser has found so far (the parser stays usable).
+
+    ``rule_ids`` limits the copy to those rules' hits.
+    """
+    return [
+        parser._freeze(pending, {})
+        for pending in parser.hits
+        if rule_ids is None or pending.rule.id in rule_ids
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A root cause seen for the first time while the job runs."""
+
+    rule: Rule
+    hit: Hit
+    detected_at: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What makes two alerts the same cause: at most one alert per key."""
+        return (self.rule.id, self.rule.cls)
+
+    def line(self) -> str:
+        """``crashlens watch: <time> rank <r> <class> <rule title> (<file>:<line>)``."""
+        when = _local_iso(self.detected_at)
+        ev = self.hit.evidence
+        rank = "?" if ev.rank is None else str(ev.rank)
+        return (
+            f"crashlens watch: {when} rank {rank} {self.rule.cls} {self.rule.title} "
+            f"({ev.file}:{ev.line})"
+        )
+
+    def env(self) -> dict[str, str]:
+        """The ``CRASHLENS_*`` variables given to the ``--on-cause`` hook."""
+        ev = self.hit.evidence
+        return {
+            "CRASHLENS_RULE": self.rule.id,
+            "CRASHLENS_CLASS": self.rule.cls,
+            "CRASHLENS_RANK": "" if ev.rank is None else str(ev.rank),
+            "CRASHLENS_FILE": ev.file,
+            "CRASHLENS_LINE": str(ev.line),
+        }
+
+
+def _local_iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+
+
+@dataclass(slots=True)
+class _Tail:
+    """Read position and parser of one followed file."""
+
+    path: Path
+    display: str
+    ident: tuple[int, int] | None = None
+    offset: int = 0
+    lines: int = 0
+    partial: bytes = b""
+    dropping: bool = False
+    parser: FileParser | None = None
+    head: list[tuple[int, str]] = field(default_factory=list)
+    seen_hits: int = 0
+    skipped: str | None = None
+
+    def reset(self, ident: tuple[int, int] | None) -> None:
+        """Start over: the file was truncated or replaced (rotation)."""
+        self.ident = ident
+        self.offset = 0
+        self.lines = 0
+        self.partial = b""
+        self.dropping = False
+        self.parser = None
+        self.head = []
+        self.seen_hits = 0
+        self.skipped = None
+
+
+class Watcher:
+    """Incremental analysis of a log tree: call :meth:`poll` repeatedly; it returns new alerts."""
+
+    def __init__(self, root: Path, rules: RuleSet, *, read_cap: int | None = READ_CAP) -> None:
+        self.root = root
+        self.rules = rules
+        self.matcher = LineMatcher(rules)
+        self.tb_ids = itertools.count(1)
+        self.read_cap = read_cap
+        self.tails: dict[str, _Tail] = {}
+        self.alerted: set[tuple[str, str]] = set()
+        self._alertable = {r.id for r in rules.rules if alertable(r)}
+        self.bytes_read = 0
+        #: Bytes known to be waiting after the last pass (0 when the watcher is caught up).
+        self.backlog = 0
+
+    # -- one pass -----------------------------------------------------------------------
+    def poll(self, now: float) -> list[Alert]:
+        """Find new/rotated/removed files, read what was appended, return alerts raised."""
+        self._scan()
+        self.backlog = 0
+        for tail in self.tails.values():
+            self._read(tail)
+        return self._check(now)
+
+    def _scan(self) -> None:
+        present: dict[str, Path] = {}
+        for cand in discover([self.root]):
+            if cand.skipped is None:
+                present[cand.display] = cand.path
+        for gone in [d for d in self.tails if d not in present]:
+            # Forget removed files: keeps memory bounded on trees that rotate and delete.
+            del self.tails[gone]
+        for display, path in present.items():
+            if display not in self.tails:
+                self.tails[display] = _Tail(path=path, display=display)
+
+    def _read(self, tail: _Tail) -> None:
+        try:
+            with open(tail.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return
+                ident = (st.st_dev, st.st_ino)
+                if tail.ident is None:
+                    tail.ident = ident
+                elif ident != tail.ident or st.st_size < tail.offset:
+                    tail.reset(ident)  # replaced (rename rotation) or truncated (copytruncate)
+                if tail.skipped is not None or st.st_size == tail.offset:
+                    return
+                f.seek(tail.offset)
+                data = f.read(self.read_cap if self.read_cap is not None else -1)
+                self.backlog += max(0, st.st_size - tail.offset - len(data))
+        except OSError:
+            return  # vanished between the scan and the read; the next scan forgets it
+        if not data:
+            return
+        if tail.offset == 0 and not self._usable(tail, data):
+            return
+        tail.offset += len(data)
+        self.bytes_read += len(data)
+        self._feed(tail, data)
+
+    def _usable(self, tail: _Tail, head: bytes) -> bool:
+        """Only plain UTF-8 text is followed; compressed rotations and binaries are skipped."""
+        try:
+            compression, encoding = sniff(head[:8192])
+        except NotText as exc:
+            tail.skipped = str(exc)
+            return False
+        if compression is not None or encoding != "utf-8":
+            tail.skipped = f"not followed live ({compression or encoding})"
+            return False
+        if attribute(tail.display).kind == "errorfile":
+            tail.skipped = "torchelastic error file (read by analyze, not followed live)"
+            return False
+        return True
+
+    def _feed(self, tail: _Tail, data: bytes) -> None:
+        if tail.dropping:
+            # The rest of an overlong line that was already emitted truncated.
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            data = data[end + 1 :]
+            tail.dropping = False
+        data = tail.partial + data if tail.partial else data
+        cut = data.rfind(b"\n") + 1
+        complete, rest = data[:cut], data[cut:]
+        if complete:
+            base = tail.lines
+            lines = ((base + n, text) for n, text in iter_lines(io.BytesIO(complete)))
+            self._lines(tail, lines)
+            tail.lines += complete.count(b"\n")
+        if len(rest) > MAX_LINE:
+            tail.lines += 1
+            text = rest[:MAX_LINE].decode("utf-8", "replace") + _TRUNCATED
+            self._lines(tail, [(tail.lines, text)])
+            tail.dropping = True
+            rest = b""
+        tail.partial = rest
+        if tail.parser is None and tail.head:
+            # Sniff on what there is rather than wait for SNIFF_LINES: an alert must not wait
+            # for a quiet file to print 200 lines.
+            self._start_parser(tail)
+
+    def _lines(self, tail: _Tail, lines: Iterable[tuple[int, str]]) -> None:
+        parser = tail.parser
+        if parser is None:
+            for item in lines:
+                if parser is not None:
+                    parser.feed(*item)
+                    continue
+                tail.head.append(item)
+                if len(tail.head) >= SNIFF_LINES:
+                    parser = self._start_parser(tail)
+            return
+        feed = parser.feed
+        for lineno, text in lines:
+            feed(lineno, text)
+
+    def _start_parser(self, tail: _Tail) -> FileParser:
+        head = tail.head
+        style = sniff_style(text for _, text in head) if head else PrefixStyle()
+        source: Source = attribute(tail.display)
+        parser = FileParser(
+            source,
+            self.rules,
+            self.matcher,
+            year=file_year(tail.path),
+            style=style,
+            tb_ids=self.tb_ids,
+        )
+        for lineno, text in head:
+            parser.feed(lineno, text)
+        tail.head = []
+        tail.parser = parser
+        return parser
+
+    # -- alerts ---------------------------------------------------------------------------
+    def _check(self, now: float) -> list[Alert]:
+        """Evaluate the conditions of alertable rules that got new hits in this pass."""
+        candidates: set[str] = set()
+        for tail in self.tails.values():
+            parser = tail.parser
+            if parser is None or len(parser.hits) == tail.seen_hits:
+                continue
+            for pending in parser.hits[tail.seen_hits :]:
+                rule = pending.rule
+                if rule.id in self._alertable and (rule.id, rule.cls) not in self.alerted:
+                    candidates.add(rule.id)
+            tail.seen_hits = len(parser.hits)
+        if not candidates:
+            return []
+        hits: list[Hit] = []
+        for tail in self.tails.values():
+            if tail.parser is not None:
+                hits.extend(snapshot_hits(tail.parser, candidates))
+        alerts: list[Alert] = []
+        for found in match(hits, self.rules):
+            rule = found.rule
+            key = (rule.id, rule.cls)
+            if rule.id not in candidates or key in self.alerted or not found.hits:
+                continue
+            self.alerted.add(key)
+            alerts.append(Alert(rule=rule, hit=found.hits[0], detected_at=now))
+        return alerts
+
+
+AlertSink = Callable[[Alert], None]
+
+
+class HookRunner:
+    """Runs the ``--on-cause`` command through the shell, without blocking the watcher.
+
+    A hook that hangs (an unreachable scheduler) must not stop the watcher from reading, so
+    hooks are started and reaped later; :meth:`wait` is called on the way out.
+    """
+
+    def __init__(self, command: str, warn: Callable[[str], None]) -> None:
+        self.command = command
+        self.warn = warn
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, alert: Alert) -> None:
+        self.reap()
+        env = {**os.environ, **alert.env()}
+        try:
+            self.running.append(subprocess.Popen(self.command, shell=True, env=env))
+        except OSError as exc:
+            self.warn(f"--on-cause could not start: {exc}")
+
+    def reap(self) -> None:
+        for proc in list(self.running):
+            code = proc.poll()
+            if code is not None:
+                self.running.remove(proc)
+                if code != 0:
+                    self.warn(f"--on-cause hook exited with status {code}")
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for proc in self.running:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.warn(f"--on-cause hook (pid {proc.pid}) still running; left behind")
+        self.reap()
+
+
+def follow(
+    watcher: Watcher,
+    *,
+    interval: float,
+    once: bool,
+    on_alert: AlertSink,
+    warn: Callable[[str], None],
+    should_stop: Callable[[], bool] = lambda: False,
+    on_ready: Callable[[], None] | None = None,
+) -> int:
+    """Poll ``watcher`` every ``interval`` seconds until stopped; return the number of alerts.
+
+    With ``once`` the tree is read to its current end once and the function returns.
+    ``on_ready`` is called after the first pass (the CLI says what it is watching).
+    ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM turned into it by the CLI) ends the loop cleanly.
+    """
+    count = 0
+    last_lag_note = 0.0
+    try:
+        while True:
+            started = time.monotonic()
+            for alert in watcher.poll(time.time()):
+                count += 1
+                on_alert(alert)
+            if once and watcher.backlog == 0:
+                return count
+            if on_ready is not None:
+                on_ready()
+                on_ready = None
+            if watcher.backlog > LAG_WARN_BYTES and started - last_lag_note > LAG_WARN_EVERY_S:
+                last_lag_note = started
+                warn(f"falling behind the log tree by {watcher.backlog / 1e6:.0f} MB")
+            if should_stop():
+                return count
+            if watcher.backlog == 0:
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return count
