@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from crashlens.model import ChildFailure, ClockSkew, Evidence, Hit, RankSummary, Traceback
+from crashlens.model import (
+    ChildFailure,
+    ClockSkew,
+    Evidence,
+    Fact,
+    Hit,
+    RankSummary,
+    Traceback,
+)
 from crashlens.parse.stream import FileResult
 
 TIMELINE_COLUMNS = [
@@ -36,6 +44,7 @@ class Timeline:
     hit_counts: dict[str, int]
     skew: dict[str, float]
     clock_skew: dict[str, ClockSkew] = dataclasses.field(default_factory=dict)
+    facts: list[Fact] = dataclasses.field(default_factory=list)
 
 
 def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
@@ -105,6 +114,7 @@ def align(
         hit_counts=counts,
         skew=offsets,
         clock_skew=clock,
+        facts=[f for res in results for f in res.facts],
     )
 
 

@@ -92,6 +92,7 @@ def analyze(
         timeline=timeline.frame,
         tracebacks=timeline.tracebacks,
         clock_skew=timeline.clock_skew,
+        facts=timeline.facts,
         rules_loaded=len(ruleset.rules),
         tool_version=__version__,
     )

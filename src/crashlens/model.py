@@ -166,3 +166,15 @@ class ClockSkew:
     uncertainty_s: float
     basis: str
     applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Something the logs state about the environment (``torch=2.1.2`` on node-01, line 12)."""
+
+    key: str
+    value: str
+    file: str
+    line: int
+    host: str | None
+    rank: int | None

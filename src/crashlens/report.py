@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from crashlens.model import ClockSkew, Evidence, InputFile, RankSummary, Traceback
+from crashlens.model import ClockSkew, Evidence, Fact, InputFile, RankSummary, Traceback
 from crashlens.rank import Cause, FirstFailure
 
 SCHEMA_VERSION = 1
@@ -37,6 +37,7 @@ class Report:
     timeline: pd.DataFrame = field(repr=False)
     tracebacks: list[Traceback] = field(default_factory=list, repr=False)
     clock_skew: dict[str, ClockSkew] = field(default_factory=dict)
+    facts: list[Fact] = field(default_factory=list)
     rules_loaded: int = 0
     tool_version: str = ""
 
@@ -67,6 +68,18 @@ class Report:
         symptoms = sum(e.count for e in top.explains)
         tail = f"; {symptoms} downstream symptom(s) explained" if symptoms else ""
         return f"{rule.title} ({rule.cls}){where}{tail}."
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """One value per fact (the most common; differing values are joined with " | ")."""
+        values: dict[str, dict[str, int]] = {}
+        for f in self.facts:
+            counts = values.setdefault(f.key, {})
+            counts[f.value] = counts.get(f.value, 0) + 1
+        return {
+            key: " | ".join(sorted(counts, key=lambda v: (-counts[v], v)))
+            for key, counts in sorted(values.items())
+        }
 
     def cascade(self) -> list[dict[str, Any]]:
         """Per class, how many ranks and events the primary cause's symptoms account for."""
@@ -123,6 +136,7 @@ class Report:
                 for host, c in sorted(self.clock_skew.items())
             },
             "cascade": self.cascade(),
+            "environment": self.environment,
             "inputs": {
                 "files": [
                     {"path": f.path, "bytes": f.bytes, "kind": f.kind, "lines": f.lines}

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from crashlens import facts
 from crashlens.ingest.read import Readable
 
 try:  # pragma: no cover - exercised in whichever environment runs the tests
@@ -29,6 +30,7 @@ STRUCTURAL_TRIGGERS = (
     "Root Cause (first observed failure):",
     "Failures:",
     "global_rank_mapping=",
+    *facts.TRIGGERS,
 )
 BLOCK = 8 << 20
 #: A line is cut to this many bytes before decoding (the text limit is applied after).

@@ -7,6 +7,7 @@ evidence), never per line, so a log's size does not decide the analyzer's footpr
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -15,8 +16,9 @@ from typing import Any
 
 import regex
 
+from crashlens import facts
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
-from crashlens.model import ChildFailure, Evidence, Hit, RankSummary, Source, Traceback
+from crashlens.model import ChildFailure, Evidence, Fact, Hit, RankSummary, Source, Traceback
 from crashlens.parse.matcher import LineMatcher, search
 from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry, SummaryReader
@@ -40,6 +42,8 @@ _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
 _HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
+_FACT_PROBE = re.compile("|".join(re.escape(t) for t in facts.TRIGGERS))
+MAX_FACTS = 200
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
 
 
@@ -127,6 +131,7 @@ class FileResult:
     assumed_year: int | None = None
     #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
     rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
+    facts: list[Fact] = field(default_factory=list)
 
 
 class FileParser:
@@ -158,6 +163,9 @@ class FileParser:
         self.mono_offset: float | None = None
         self.year_known = False
         self.rank_map: dict[tuple[str, int], int] = {}
+        self.facts: list[Fact] = []
+        self.fact_keys: set[tuple[str, str | None, int | None]] = set()
+        self.fact_probe = _FACT_PROBE
         self.lines = 0
         self.last_lineno = 0
 
@@ -200,6 +208,8 @@ class FileParser:
             self._learn_monotonic(text)
         if "global_rank_mapping=" in text:
             self._learn_rank_mapping(text)
+        if self.fact_probe.search(text):
+            self._learn_facts(stream, lineno, text)
         if stream.untimed:
             self._settle_untimed(stream, timed)
             stream.untimed_wait += 1
@@ -259,6 +269,14 @@ class FileParser:
         if stamp.monotonic:
             return None if self.mono_offset is None else stamp.value + self.mono_offset
         return stamp.value
+
+    def _learn_facts(self, stream: _Stream, lineno: int, text: str) -> None:
+        for key, value in facts.extract(text).items():
+            seen = (key, stream.host, stream.rank)
+            if seen not in self.fact_keys and len(self.facts) < MAX_FACTS:
+                self.fact_keys.add(seen)
+                fact = Fact(key, value, self.source.path, lineno, stream.host, stream.rank)
+                self.facts.append(fact)
 
     def _learn_rank_mapping(self, text: str) -> None:
         """DeepSpeed's ``global_rank_mapping={'node-01': [0, 1], ...}``: (host, local) -> rank."""
@@ -501,6 +519,7 @@ class FileParser:
             self.hit_counts,
             assumed_year=None if self.year_known else self.year,
             rank_map=self.rank_map,
+            facts=self.facts,
         )
 
     def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:
