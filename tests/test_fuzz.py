@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crashlens import analyze
@@ -137,9 +137,6 @@ STAMP_TEXT = st.one_of(
 @FAST
 @given(text=STAMP_TEXT, year=st.integers(1, 9999))
 def test_parse_timestamp_never_raises(text: str, year: int) -> None:
-    # Year 0 is a known crash (strict xfail: fuzz_corpus/timestamps/year_zero.txt and
-    # test_robustness); left out here so the property keeps testing everything else.
-    assume("0000" not in text)
     stamp = parse_timestamp(text, year)
     if stamp is not None:
         assert isinstance(stamp.value, float) and math.isfinite(stamp.value)
@@ -326,11 +323,7 @@ def test_parse_lines_with_the_bundled_rules_never_raises(lines: list[str], sourc
 # -- the corpus of inputs that once crashed something ----------------------------------------------
 
 #: Corpus files that still crash, with the reason (they run as strict xfail until fixed).
-KNOWN = {
-    "timestamps/year_zero.txt": "calendar.timegm raises ValueError for year 0 (timestamps._wall)",
-    "analyze/corrupt_deflate.log.gz": "zlib.error escapes api._read_one (see test_robustness)",
-    "analyze/corrupt_xz.log.xz": "lzma.LZMAError escapes api._read_one (see test_robustness)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _replay(path: Path) -> None:

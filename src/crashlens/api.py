@@ -172,7 +172,7 @@ def _read_one(
         return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
     except OSError as exc:
         return None, InputFile(
-            cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror}"
+            cand.display, size, source.kind, skipped=f"cannot read: {exc.strerror or exc}"
         )
     reader = Tolerant(stream)
     try:
@@ -193,6 +193,8 @@ def _read_one(
             stream.close()
     # Keep what was read before any damage (a truncated .gz, a file that vanished).
     note = f"read stopped early: {reader.damage}" if reader.damage else None
+    if note is None and result.lines == 0:
+        note = "empty file"
     return result, InputFile(cand.display, size, source.kind, lines=result.lines, note=note)
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import bz2
 import codecs
-import gzip
+import fcntl
 import io
 import lzma
+import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
@@ -26,7 +28,11 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"BZh", "bzip2"),
     (b"\xfd7zXZ\x00", "xz"),
 )
-_OPENERS = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
+_OPENERS: dict[str, Callable[[BinaryIO], Any]] = {
+    "gzip": lambda raw: Gunzip(raw),
+    "bzip2": bz2.open,
+    "xz": lzma.open,
+}
 _BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"\x80\x02", b"\x80\x04", b"\x93NUMPY")
 
 
@@ -63,37 +69,98 @@ def _text_encoding(head: bytes) -> str:
         return "utf-8"
     nul = head.count(0)
     if nul:
-        # UTF-16 without a BOM has a NUL in every other byte; anything else with NULs is binary.
-        if nul * 2 >= len(head) * 0.9 and head[1::2].count(0) > len(head) * 0.4:
-            return "utf-16-le"
-        if nul > len(head) * 0.01:
+        # UTF-16 without a BOM has a NUL in every other byte (odd bytes for LE, even for BE).
+        if nul * 2 >= len(head) * 0.9:
+            if head[1::2].count(0) > len(head) * 0.4:
+                return "utf-16-le"
+            if head[0::2].count(0) > len(head) * 0.4:
+                return "utf-16-be"
+        # A block of NULs in a text log (a file extended but never flushed when the node died)
+        # is a hole, not a binary: judge the bytes around it.
+        rest = head.replace(b"\0", b"")
+        if nul > len(head) * 0.01 and (
+            not rest or _control_ratio(rest) > 0.1 or nul_runs(head) > 8
+        ):
             raise NotText("binary file (NUL bytes)")
-    control = sum(1 for b in head if b < 9 or 13 < b < 32)
-    if control > len(head) * 0.1:
+        head = rest
+    if _control_ratio(head) > 0.1:
         raise NotText("binary file (control bytes)")
     return "utf-8"
+
+
+def _control_ratio(data: bytes) -> float:
+    return sum(1 for b in data if b < 9 or 13 < b < 32) / max(1, len(data))
+
+
+def nul_runs(data: bytes) -> int:
+    """How many separate runs of NUL bytes ``data`` has (holes are one run, binaries many)."""
+    return sum(1 for part in data.split(b"\0") if part) - 1 if b"\0" in data else 0
+
+
+class _Bounded(io.RawIOBase):
+    """A file read only up to the size it had when opened.
+
+    A log still being appended to (the job or a ``tee`` is alive) would otherwise be read
+    forever by a reader that never catches up with its writer.
+    """
+
+    def __init__(self, raw: BinaryIO, limit: int) -> None:
+        self.raw, self.left = raw, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.left <= 0:
+            return 0
+        view = memoryview(buffer)[: self.left]
+        n = self.raw.readinto(view)  # type: ignore[attr-defined]
+        self.left -= n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """Open a regular file without ever blocking (a FIFO swapped in after discovery)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotText("not a regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        raw = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.BufferedReader(_Bounded(raw, st.st_size), buffer_size=1 << 16)
 
 
 def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, str]:
     """Open ``path`` (or stdin) for reading decompressed bytes; returns the stream and encoding.
 
     Raises:
-        NotText: when the content is not text.
+        NotText: when the content is not text (or a compressed file is corrupt from the start).
         OSError: when the file cannot be opened.
     """
-    raw: BinaryIO = stdin if stdin is not None else open(path, "rb")  # noqa: SIM115
+    raw: BinaryIO = stdin if stdin is not None else _open_regular(path)
     try:
         buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[type-var]
         head = buffered.peek(8192)[:8192]
         compression, encoding = sniff(head)
         if compression is None:
             return buffered, encoding
-        inner: BinaryIO = _OPENERS[compression](buffered)  # type: ignore[operator]
-        # Re-sniff the decompressed content: a compressed core dump is still binary.
-        inner_buffered = io.BufferedReader(inner)  # type: ignore[type-var]
-        _, encoding = sniff(inner_buffered.peek(8192)[:8192])
-        return inner_buffered, encoding
-    except Exception:
+        # The decompressor is used as is (it has peek and read1): wrapping it in another
+        # buffer would throw away a whole buffer of good lines when a damaged tail raises.
+        inner: BinaryIO = _OPENERS[compression](buffered)
+        try:
+            _, encoding = sniff(inner.peek(8192)[:8192])  # type: ignore[attr-defined]
+        except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            raise NotText(f"corrupt {compression} data ({exc or type(exc).__name__})") from None
+        return inner, encoding
+    except BaseException:
         raw.close()
         raise
 
@@ -126,6 +193,8 @@ def iter_lines(
                 if dropping:
                     dropping = False
                     continue
+                if len(piece) > MAX_LINE:
+                    piece = piece[:MAX_LINE] + _TRUNCATED
                 yield from _split_cr(lineno, piece)
             if len(pending) > MAX_LINE:
                 if not dropping:
@@ -191,3 +260,84 @@ class Tolerant:
     def close(self) -> None:
         """Close the underlying stream."""
         self.inner.close()
+
+
+class Gunzip:
+    """Streaming gzip reader that hands out every byte before reporting damage.
+
+    ``gzip.GzipFile`` checks the CRC in the same call that returns a member's last bytes, so a
+    bad trailer (or garbage after it) loses them. Here the last 8 input bytes (the trailer) are
+    held back until the end, and an error is raised only once the good data is consumed.
+    """
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.decomp = zlib.decompressobj(31)
+        self.buf = b""
+        self.held = b""
+        self.done = False
+        self.error: Exception | None = None
+
+    def _fill(self, want: int) -> None:
+        while len(self.buf) < want and not self.done:
+            chunk = self.raw.read(1 << 16)
+            data = self.held + chunk
+            self.held, data = (data[-8:], data[:-8]) if chunk else (b"", data)
+            try:
+                self.buf += self.decomp.decompress(data)
+            except zlib.error as exc:
+                self.error, self.done = exc, True
+                return
+            if self.decomp.eof:
+                rest = self.decomp.unused_data + self.held
+                self.held = b""
+                if rest.startswith(b"\x1f\x8b"):  # a concatenated member
+                    self.decomp = zlib.decompressobj(31)
+                    self.held = rest
+                elif rest.strip(b"\0"):
+                    self.error, self.done = OSError("garbage after the gzip data"), True
+                    return
+                elif not chunk:
+                    self.done = True
+            elif not chunk:
+                self.error = EOFError("compressed file ended before the end of the data")
+                self.done = True
+
+    def peek(self, size: int = 1) -> bytes:
+        """Bytes available without consuming them."""
+        self._fill(max(size, 1))
+        if not self.buf and self.error is not None:
+            raise self.error
+        return self.buf
+
+    def read1(self, size: int = -1) -> bytes:
+        """Up to ``size`` decompressed bytes."""
+        want = size if size > 0 else 1 << 20
+        self._fill(min(want, 1 << 16))
+        if not self.buf and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        out, self.buf = self.buf[:want], self.buf[want:]
+        return out
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` decompressed bytes (all of them for a negative size)."""
+        parts: list[bytes] = []
+        total = 0
+        while size < 0 or total < size:
+            try:
+                part = self.read1(size - total if size > 0 else -1)
+            except (OSError, EOFError, zlib.error) as exc:
+                if not parts:
+                    raise
+                self.error = exc  # report it on the next read, after these good bytes
+                break
+            if not part:
+                break
+            parts.append(part)
+            total += len(part)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Close the underlying file."""
+        self.raw.close()

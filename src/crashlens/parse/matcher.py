@@ -34,6 +34,7 @@ class LineMatcher:
         ]
         self.prefilter = re.compile("|".join(parts)) if parts else None
         self.timeouts: dict[str, int] = {}
+        self.disabled: set[int] = set()
 
     def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:
         """Every (rule, detector, match) for ``text`` from a source of ``kind``."""
@@ -54,20 +55,28 @@ class LineMatcher:
         for rule, det in candidates:
             if det.sources is not None and kind not in det.sources:
                 continue
-            found = search(det, text)
+            found = self.search(rule, det, text)
             if found is not None:
                 out.append((rule, det, found))
         return out
+
+    def search(self, rule: Rule, det: Detector, text: str) -> Any:
+        """Run one detector under the time limit; a detector that times out is disabled.
+
+        A pattern that backtracks catastrophically on one line will do so on the next similar
+        one, so it is reported once (``timeouts``) and not run again in this analysis.
+        """
+        if id(det) in self.disabled:
+            return None
+        try:
+            return det.pattern.search(text, timeout=REGEX_TIMEOUT)
+        except TimeoutError:
+            self.record_timeout(rule, det)
+            self.disabled.add(id(det))
+            return None
 
     def record_timeout(self, rule: Rule, det: Detector) -> None:
         """Count a detector that ran out of time (reported, then treated as no match)."""
         key = f"{rule.id}.{det.name}"
         self.timeouts[key] = self.timeouts.get(key, 0) + 1
 
-
-def search(det: Detector, text: str) -> Any:
-    """``det.pattern.search(text)`` bounded by :data:`REGEX_TIMEOUT`; None on timeout."""
-    try:
-        return det.pattern.search(text, timeout=REGEX_TIMEOUT)
-    except TimeoutError:
-        return None

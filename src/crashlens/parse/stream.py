@@ -19,7 +19,7 @@ import regex
 from crashlens import facts
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import ChildFailure, Evidence, Fact, Hit, RankSummary, Source, Traceback
-from crashlens.parse.matcher import LineMatcher, search
+from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry, SummaryReader
 from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
@@ -452,7 +452,7 @@ class FileParser:
                 # Newest first: the exception that escaped is the one that killed the process.
                 targets = [(e.lineno, f"{e.type}: {e.message}") for e in reversed(tb.exceptions)]
             for lineno, target in targets:
-                found = search(det, target)
+                found = self.matcher.search(rule, det, target)
                 if found is None:
                     continue
                 first_line = target.split("\n", 1)[0]

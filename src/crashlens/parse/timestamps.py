@@ -69,7 +69,9 @@ def _zone(text: str | None) -> int:
 
 
 def _wall(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
-    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 62):
+    if not (1970 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60):
+        return None
+    if s >= 62:
         return None
     return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
 

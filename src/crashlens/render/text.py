@@ -77,7 +77,7 @@ def renderables(report: Report) -> list[RenderableType]:
         when = f" at {iso(ff.time)}" if ff.time is not None else ""
         if when and ff.time_inferred:
             when += " (inferred: the line has no timestamp)"
-        line = Text(f"First failure: {where}{host}{when} ({ff.file}:{ff.line})\n  ", "bold")
+        line = Text(clean(f"First failure: {where}{host}{when} ({ff.file}:{ff.line})\n  "), "bold")
         line.append(clean(ff.text), "red")
         out.append(line)
     for i, cause in enumerate(report.causes[:MAX_CAUSES], 1):
@@ -125,7 +125,7 @@ def _evidence(ev: Evidence) -> Text:
     when = iso(ev.time) or "no time"
     if ev.time is not None and ev.time_inferred:
         when += "~"
-    line = Text(f"  {ev.file}:{ev.line}  {who}  {when}\n    ", "dim")
+    line = Text(clean(f"  {ev.file}:{ev.line}  {who}  {when}\n    "), "dim")
     line.append(clean(ev.text), "")
     return line
 
