@@ -79,4 +79,3 @@ class LineMatcher:
         """Count a detector that ran out of time (reported, then treated as no match)."""
         key = f"{rule.id}.{det.name}"
         self.timeouts[key] = self.timeouts.get(key, 0) + 1
-
