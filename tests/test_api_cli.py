@@ -228,3 +228,20 @@ def test_analyze_repro_runs_the_top_causes_repro(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "reproduced" in result.output.lower()
     assert (tmp_path / "out" / "logs").is_dir()
+
+
+def test_progress_is_reported_per_file_read(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(OOM_TB)
+    (tmp_path / "b.log").write_text("2024-05-01 03:14:00,000 INFO ok\n")
+    (tmp_path / "notes.md").write_text("# not a log\n")
+    seen: list[tuple[str, int]] = []
+    analyze([tmp_path], progress=lambda path, size: seen.append((Path(path).name, size)))
+    assert sorted(seen) == [("a.log", len(OOM_TB)), ("b.log", 32)]
+    from crashlens.api import input_size
+
+    assert input_size([tmp_path]) == len(OOM_TB) + 32
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal() -> None:
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "repro/host_oom")])
+    assert "reading logs" not in result.output

@@ -47,7 +47,7 @@ def analyze(
         paths: files and directories (walked recursively); ``"-"`` reads stdin.
         rules: a loaded :class:`RuleSet`, or extra rule directories added to the bundled rules.
         skew: seconds each host's clock runs ahead of the reference clock (``{"node-02": 2.5}``).
-        progress: called with each file's display path and size before it is read.
+        progress: called with each file's display path and size once it has been read.
         fast: use the multi-literal fast path where a file allows it; ``False`` feeds every
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
 
@@ -131,11 +131,12 @@ def _read_all(
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = []
             for index, cand in enumerate(candidates):
-                if progress is not None and not cand.skipped:
-                    progress(cand.display, _size(cand.path))
                 futures.append(pool.submit(_read_in_worker, cand, index))
             for future in futures:
-                yield future.result()
+                result, record = future.result()
+                if progress is not None and record.skipped is None:
+                    progress(record.path, record.bytes)
+                yield result, record
     finally:
         _WORKER_STATE = None
 
@@ -163,8 +164,6 @@ def _read_one(
     is_stdin = cand.display == "<stdin>"
     size = 0 if is_stdin else _size(cand.path)
     source = attribute(cand.display)
-    if progress is not None:
-        progress(cand.display, size)
     counter: itertools.count[int] = tb_ids  # type: ignore[assignment]
     try:
         stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
@@ -195,7 +194,14 @@ def _read_one(
     note = f"read stopped early: {reader.damage}" if reader.damage else None
     if note is None and result.lines == 0:
         note = "empty file"
+    if progress is not None:
+        progress(cand.display, size)
     return result, InputFile(cand.display, size, source.kind, lines=result.lines, note=note)
+
+
+def input_size(paths: Sequence[str | os.PathLike[str]]) -> int:
+    """Total bytes of the files an analysis of ``paths`` would read (for progress bars)."""
+    return sum(_size(c.path) for c in discover(paths) if not c.skipped and c.display != "<stdin>")
 
 
 def _size(path: Path) -> int:

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import regex
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.progress import Progress as RichProgress
 
 from crashlens import __version__
+from crashlens.api import Progress, input_size
 from crashlens.api import analyze as run_analysis
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
@@ -137,7 +149,9 @@ def analyze(
     if fail_on not in SEVERITY_WEIGHT:
         _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
     try:
-        report = run_analysis(paths, rules or [], skew=parse_skew(skew or []))
+        show = not quiet and sys.stderr.isatty()
+        with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
+            report = run_analysis(paths, rules or [], skew=parse_skew(skew or []), progress=advance)
     except CrashlensError as exc:
         _fail(str(exc))
     except Exception as exc:  # the error policy lives here, not in the library
@@ -159,6 +173,33 @@ def analyze(
         if for_report(report) is not None:
             raise typer.Exit(code)
     raise typer.Exit(int(_exit_code(report, fail_on, exit_zero)))
+
+
+@contextlib.contextmanager
+def progress_bar(
+    *, enabled: bool, paths: list[str], no_color: bool = False
+) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr (TTY only) advanced by bytes as files are read."""
+    if not enabled:
+        yield None
+        return
+    total = input_size(paths)
+    bar = RichProgress(
+        TextColumn("reading logs"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True, no_color=no_color or "NO_COLOR" in os.environ),
+        transient=True,
+    )
+    task = bar.add_task("read", total=total or None)
+
+    def advance(_path: str, size: int) -> None:
+        bar.advance(task, size)
+
+    with bar:
+        yield advance
 
 
 def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_color: bool) -> None:

@@ -279,31 +279,27 @@ def _environment(report: Report) -> str:
 
 
 def _tracebacks(report: Report) -> str:
-    """Each traceback collapsed; the context lines come from the evidence citing it."""
-    frame = report.timeline
-    if frame.empty:
+    """Each fatal traceback collapsed, in full (as assembled, up to its cap)."""
+    tbs = [tb for tb in report.tracebacks if tb.fatal]
+    if not tbs:
         return ""
-    tbs = frame[frame["kind"] == "traceback"]
-    if tbs.empty:
-        return ""
-    context = {
-        (h.evidence.file, h.evidence.line): h.evidence.context
-        for c in report.causes
-        for h in c.match.hits
-    }
     items = []
-    for row in list(tbs.itertuples(index=False))[:MAX_TRACEBACKS]:
-        rank = _opt_int(row.rank)
-        host = _opt_str(row.host)
-        t = _ts(row.time)
-        who = f"rank {rank}" if rank is not None else (f"{host} launcher" if host else LAUNCHER)
-        lines = context.get((str(row.source), _int(row.line)), ())
-        body = "".join(f'<span class="ctx">{esc(x)}</span>\n' for x in lines)
+    for tb in tbs[:MAX_TRACEBACKS]:
+        who = (
+            f"rank {tb.rank}"
+            if tb.rank is not None
+            else (f"{tb.host} launcher" if tb.host else LAUNCHER)
+        )
+        final = tb.final
+        title = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
+        when = _when(tb.time, inferred=tb.time_inferred)
+        lines = tb.text.splitlines()
+        body = "".join(f"{esc(line)}\n" for line in lines[:-1])
+        body += f'<span class="hl">{esc(lines[-1])}</span>\n' if lines else ""
         items.append(
-            f"<details><summary><b>{esc(row.signal)}</b> · {esc(who)} · "
-            f"{esc(_when(t, inferred=bool(row.time_inferred)))} · "
-            f"<code>{esc(f'{row.source}:{row.line}')}</code></summary>"
-            f'<pre class="log">{body}<span class="hl">{esc(row.text)}</span></pre></details>'
+            f"<details><summary><b>{esc(title[:200])}</b> · {esc(who)} · {esc(when)} · "
+            f"<code>{esc(f'{tb.source.path}:{tb.start_line}')}</code></summary>"
+            f'<pre class="log">{body}</pre></details>'
         )
     more = len(tbs) - MAX_TRACEBACKS
     note = f"<p class='muted'>… and {more} more.</p>" if more > 0 else ""
