@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crashlens.rulebase import load_rules
-from crashlens.watch import Watcher
+from crashlens.watch import Alert, Watcher
 
 ROOT = Path(__file__).resolve().parents[1]
 CASCADE = ROOT / "fixtures" / "gpu" / "nccl_timeout_cascade"
@@ -183,3 +183,80 @@ def test_partial_lines_and_once(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.count("crashlens watch:") == 1
     assert "rank 7 cuda_oom" in proc.stdout
+
+
+def _grow(src: Path, dst: Path, piece: int, rounds_done: int) -> bool:
+    """Append the next ``piece`` bytes of every file under ``src`` to its copy under ``dst``.
+
+    Pieces end mid-line, so the watcher's partial-line carry is exercised. Returns whether
+    anything is left to append.
+    """
+    left = False
+    for path in sorted(src.rglob("*.log")):
+        data = path.read_bytes()
+        start = rounds_done * piece
+        chunk = data[start : start + piece]
+        target = dst / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("ab") as f:
+            f.write(chunk)
+        left = left or start + piece < len(data)
+    return left
+
+
+def _run_watcher(src: Path, dst: Path, *, fast: bool) -> tuple[Watcher, list[tuple[int, object]]]:
+    watcher = Watcher(dst, load_rules([]), read_cap=None, fast=fast)
+    alerts: list[tuple[int, object]] = []
+    rnd = 0
+    more = True
+    while more:
+        more = _grow(src, dst, 97_001, rnd)
+        rnd += 1
+        alerts += [(rnd, a) for a in watcher.poll(time.time())]
+    return watcher, alerts
+
+
+def test_fast_path_on_appended_megabytes(tmp_path: Path) -> None:
+    """A few MB appended in pieces: the fast path alerts exactly as the line-by-line path."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from generate import generate
+
+    src = generate(tmp_path / "src", ranks=8, mb_per_rank=0.5, oom_rank=5)
+    oom_file = src / "node-00" / "rank_5.log"
+    oom_text = oom_file.read_bytes()
+    oom_at = oom_text.index(b"torch.OutOfMemoryError")
+    oom_line = oom_text[:oom_at].count(b"\n") + 1
+    oom_round = oom_text.index(b"\n", oom_at) // 97_001 + 1  # the round completing it
+    # A combined console (two writers interleaved) must stay on the line-by-line path.
+    console = src / "console.log"
+    console.write_text(
+        "".join(f"[default{r}]:[rank{r}]: {_benign(r, s)}\n" for s in range(150) for r in (0, 1))
+        + "[default1]:[rank1]: OSError: [Errno 28] No space left on device\n"
+    )
+
+    fast, fast_alerts = _run_watcher(src, tmp_path / "fast", fast=True)
+    slow, slow_alerts = _run_watcher(src, tmp_path / "slow", fast=False)
+
+    modes = {Path(name).name: tail.fast for name, tail in fast.tails.items()}
+    assert modes.pop("console.log") is False
+    assert set(modes.values()) == {True}, modes
+    assert fast.bytes_read == slow.bytes_read > 4_000_000
+
+    def summary(alerts: list[tuple[int, object]]) -> list[tuple[int, str, int | None, str, int]]:
+        out = []
+        for rnd, alert in alerts:
+            assert isinstance(alert, Alert)
+            ev = alert.hit.evidence
+            out.append((rnd, alert.rule.id, ev.rank, Path(ev.file).name, ev.line))
+        return out
+
+    expected = [
+        (1, "disk-full", 1, "console.log", 301),
+        (oom_round, "cuda-oom", 5, "rank_5.log", oom_line),
+    ]
+    assert summary(fast_alerts) == summary(slow_alerts) == expected
+    slow_tails = {Path(name).name: tail for name, tail in slow.tails.items()}
+    for name, tail in fast.tails.items():
+        other = slow_tails[Path(name).name]
+        assert tail.parser is not None and other.parser is not None
+        assert (tail.lines, tail.parser.lines) == (other.lines, other.parser.lines), name

@@ -7,8 +7,16 @@ The watcher therefore reads only what was appended since the last look, keeps on
 signal is detected identically live and post mortem), and after each pass evaluates the rules'
 conditions (:func:`crashlens.match.match`) over the hits found so far.
 
+Appended data takes the same fast path as ``analyze`` (:func:`crashlens.parse.parse_binary`):
+one multi-literal scan (:class:`~crashlens.parse.scan.TriggerScanner`) over each block of whole
+lines finds the lines a rule, a traceback or a launcher summary needs; the parser sees those,
+and the quiet lines between them are only counted (:meth:`FileParser.skip`). A file's first
+:data:`~crashlens.parse.SNIFF_LINES` lines are fed line by line while they are sampled; then the
+file stays on the line-by-line path if ``parse_binary`` would keep it there (several writers
+interleaved in it, a kernel log, a rule set with a detector that must see every line).
+
 Memory is bounded by the parsers' own caps plus, per file, one partial line and the first
-:data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style is sniffed.
+:data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style and the path are decided.
 
 Reading a live parser's hits: a :class:`FileParser` only freezes hits into
 :class:`~crashlens.model.Hit` objects in ``close()``, which finalizes it. The watcher instead
@@ -36,7 +44,15 @@ from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, sniff
 from crashlens.match import match
 from crashlens.model import Hit, Source
-from crashlens.parse import SNIFF_LINES, FileParser, LineMatcher, file_year
+from crashlens.parse import (
+    SNIFF_LINES,
+    FileParser,
+    LineMatcher,
+    file_year,
+    interleaved,
+    scan_block,
+    scanner_for,
+)
 from crashlens.rulebase.schema import Rule, RuleSet
 
 #: Most bytes read from one file in one pass while following; a busy file cannot starve the
@@ -46,6 +62,8 @@ _TRUNCATED = " …[line truncated by crashlens]"
 #: Warn (at most every LAG_WARN_EVERY_S) when this much appended data is still unread.
 LAG_WARN_BYTES = 64 << 20
 LAG_WARN_EVERY_S = 60.0
+#: The fast path is decided on the first SNIFF_LINES lines or this many bytes, as in analyze.
+SAMPLE_BYTES = 256 * 1024
 
 
 def alertable(rule: Rule) -> bool:
@@ -124,6 +142,11 @@ class _Tail:
     head: list[tuple[int, str]] = field(default_factory=list)
     seen_hits: int = 0
     skipped: str | None = None
+    #: The first lines (text), sampled to decide the path; emptied once it is decided.
+    sample: list[str] = field(default_factory=list)
+    sample_bytes: int = 0
+    #: None while undecided, then whether appended blocks take the fast path.
+    fast: bool | None = None
 
     def reset(self, ident: tuple[int, int] | None) -> None:
         """Start over: the file was truncated or replaced (rotation)."""
@@ -136,15 +159,27 @@ class _Tail:
         self.head = []
         self.seen_hits = 0
         self.skipped = None
+        self.sample = []
+        self.sample_bytes = 0
+        self.fast = None
 
 
 class Watcher:
     """Incremental analysis of a log tree: call :meth:`poll` repeatedly; it returns new alerts."""
 
-    def __init__(self, root: Path, rules: RuleSet, *, read_cap: int | None = READ_CAP) -> None:
+    def __init__(
+        self,
+        root: Path,
+        rules: RuleSet,
+        *,
+        read_cap: int | None = READ_CAP,
+        fast: bool = True,
+    ) -> None:
         self.root = root
         self.rules = rules
         self.matcher = LineMatcher(rules)
+        #: The fast-path scanner (None: every line goes through ``FileParser.feed``).
+        self.scanner = scanner_for(self.matcher) if fast else None
         self.tb_ids = itertools.count(1)
         self.read_cap = read_cap
         self.tails: dict[str, _Tail] = {}
@@ -228,10 +263,7 @@ class Watcher:
         cut = data.rfind(b"\n") + 1
         complete, rest = data[:cut], data[cut:]
         if complete:
-            base = tail.lines
-            lines = ((base + n, text) for n, text in iter_lines(io.BytesIO(complete)))
-            self._lines(tail, lines)
-            tail.lines += complete.count(b"\n")
+            self._block(tail, complete)
         if len(rest) > MAX_LINE:
             tail.lines += 1
             text = rest[:MAX_LINE].decode("utf-8", "replace") + _TRUNCATED
@@ -243,6 +275,50 @@ class Watcher:
             # Sniff on what there is rather than wait for SNIFF_LINES: an alert must not wait
             # for a quiet file to print 200 lines.
             self._start_parser(tail)
+
+    def _block(self, tail: _Tail, block: bytes) -> None:
+        """Parse a block of whole lines (each ends with ``\\n``) on the file's path."""
+        if tail.fast is None:
+            # Sample the first lines line by line; decide the path once there are enough.
+            cut = _after_newlines(block, SNIFF_LINES - len(tail.sample))
+            cut = min(cut, max(block.rfind(b"\n", 0, SAMPLE_BYTES - tail.sample_bytes) + 1, 1))
+            cut = block.find(b"\n", cut - 1) + 1  # whole lines, at least one
+            head, block = block[:cut], block[cut:]
+            tail.sample.extend(head.decode("utf-8", "replace").splitlines())
+            del tail.sample[SNIFF_LINES:]
+            tail.sample_bytes += len(head)
+            self._by_line(tail, head)
+            if len(tail.sample) >= SNIFF_LINES or tail.sample_bytes >= SAMPLE_BYTES:
+                tail.fast = self._fast_ok(tail)
+                tail.sample = []
+        if not block:
+            return
+        if tail.fast and self.scanner is not None:
+            parser = tail.parser if tail.parser is not None else self._start_parser(tail)
+            tail.lines = scan_block(parser, self.scanner, block, tail.lines)
+        else:
+            self._by_line(tail, block)
+
+    def _by_line(self, tail: _Tail, block: bytes) -> None:
+        base = tail.lines
+        self._lines(tail, ((base + n, text) for n, text in iter_lines(io.BytesIO(block))))
+        tail.lines += block.count(b"\n")
+
+    def _fast_ok(self, tail: _Tail) -> bool:
+        """Whether ``parse_binary`` would read this file on the fast path (see its docstring)."""
+        if self.scanner is None:
+            return False
+        parser = tail.parser if tail.parser is not None else self._start_parser(tail)
+        source = parser.source
+        sample = tail.sample
+        style = sniff_style(sample) if sample else PrefixStyle()
+        return not (
+            source.kind == "kernel"
+            or (source.rank is None and source.local_rank is not None)
+            or interleaved(sample, style, source)
+            # The parser's style was sniffed on the first poll's lines, maybe fewer.
+            or interleaved([], parser.style, source)
+        )
 
     def _lines(self, tail: _Tail, lines: Iterable[tuple[int, str]]) -> None:
         parser = tail.parser
@@ -305,6 +381,17 @@ class Watcher:
             self.alerted.add(key)
             alerts.append(Alert(rule=rule, hit=found.hits[0], detected_at=now))
         return alerts
+
+
+def _after_newlines(block: bytes, n: int) -> int:
+    """The offset just after the ``n``-th newline of ``block`` (its length if fewer)."""
+    pos = 0
+    for _ in range(max(n, 1)):
+        nl = block.find(b"\n", pos)
+        if nl < 0:
+            return len(block)
+        pos = nl + 1
+    return pos
 
 
 AlertSink = Callable[[Alert], None]

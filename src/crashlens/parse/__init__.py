@@ -27,9 +27,11 @@ __all__ = [
     "FileParser",
     "FileResult",
     "LineMatcher",
+    "interleaved",
     "parse_binary",
     "parse_error_file",
     "parse_lines",
+    "scan_block",
     "scanner_for",
 ]
 _TRUNCATED = " …[line truncated by crashlens]"
@@ -68,18 +70,18 @@ def parse_binary(
         or encoding != "utf-8"
         or source.kind == "kernel"
         or (source.rank is None and source.local_rank is not None)
-        or _interleaved(sample, style, source)
+        or interleaved(sample, style, source)
     ):
         lines = iter_lines(stream, encoding, head=head)
         return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids)
     parser = FileParser(source, rules, matcher, year=year, style=style, tb_ids=tb_ids)
     lineno = 0
     for block in iter_blocks(stream, head):
-        lineno = _scan_block(parser, scanner, block, lineno)
+        lineno = scan_block(parser, scanner, block, lineno)
     return parser.close()
 
 
-def _interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
+def interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
     """Whether line prefixes name more than the file's own writer."""
     if style.srun or style.pdsh or style.stamped:
         return True
@@ -93,7 +95,7 @@ def _interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
     return False
 
 
-def _scan_block(parser: FileParser, scanner: TriggerScanner, block: bytes, lineno: int) -> int:
+def scan_block(parser: FileParser, scanner: TriggerScanner, block: bytes, lineno: int) -> int:
     starts = scanner.line_starts(block)
     i, pos, size = 0, 0, len(block)
     while pos < size:
