@@ -245,3 +245,31 @@ def test_progress_is_reported_per_file_read(tmp_path: Path) -> None:
 def test_no_progress_bar_when_stderr_is_not_a_terminal() -> None:
     result = runner.invoke(app, ["analyze", str(FIXTURES / "repro/host_oom")])
     assert "reading logs" not in result.output
+
+
+def test_config_file_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.log").write_text(OOM_TB)
+    (tmp_path / "crashlens.yaml").write_text("disable: [cuda-oom]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    data = json.loads(runner.invoke(app, ["analyze", str(job), "-f", "json"]).stdout)
+    assert "cuda-oom" not in [c["rule"] for c in data["causes"]]
+    (tmp_path / "crashlens.yaml").write_text("disable: cuda-oom\nbogus: 1\n")
+    bad = runner.invoke(app, ["analyze", str(job)])
+    assert bad.exit_code == 2 and "crashlens.yaml" in bad.output and "Traceback" not in bad.output
+
+
+def test_remediation_uses_environment_facts(tmp_path: Path) -> None:
+    text = (
+        "2024-05-01 03:00:00,000 INFO train:   Instantaneous batch size per device = 8\n"
+        "2024-05-01 03:00:00,000 INFO train:   Gradient Accumulation steps = 4\n"
+    )
+    (tmp_path / "train.log").write_text(text + OOM_TB)
+    report = analyze([tmp_path])
+    assert report.environment.get("per_device_train_batch_size") == "8"
+    assert report.primary is not None
+    assert "from 8 to 4" in report.primary.remediation

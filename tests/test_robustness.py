@@ -502,20 +502,23 @@ def test_fifos_sockets_and_devices_are_skipped_and_never_opened(tmp_path: Path, 
         assert "not a regular file" in _reason(direct, name)
 
 
-def test_a_file_swapped_for_a_fifo_after_discovery_does_not_block(tmp_path: Path, rules) -> None:
+def test_a_file_swapped_for_a_fifo_after_discovery_does_not_block(
+    tmp_path: Path, rules, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Discovery saw a regular file; by the time it is opened a FIFO has taken its place.
     path = tmp_path / "rank_1.log"
-    path.write_text("2024-05-01 03:14:00,000 INFO ok\n")
+    os.mkfifo(path)
     (tmp_path / "rank_0.log").write_text(GOOD)
+    from crashlens.ingest.discover import Candidate
 
-    def swap(display: str, size: int) -> None:
-        if display.endswith("rank_1.log"):
-            path.unlink()
-            os.mkfifo(path)
+    def stale_discover(paths: Any) -> Any:
+        yield Candidate(path=path, display=str(path))
+        yield Candidate(path=tmp_path / "rank_0.log", display=str(tmp_path / "rank_0.log"))
 
-    report = _bounded(
-        lambda: analyze([tmp_path], rules, progress=swap), timeout=5, unblock=_release_fifo(path)
-    )
-    assert _entry(report, "rank_1.log").skipped
+    monkeypatch.setattr("crashlens.api.discover", stale_discover)
+    report = _bounded(lambda: analyze([tmp_path], rules), timeout=5, unblock=_release_fifo(path))
+    assert "not a regular file" in (_entry(report, "rank_1.log").skipped or "")
+    assert _found_oom(report)
 
 
 # -- unreadable files and directories ---------------------------------------------------------

@@ -55,3 +55,22 @@ def test_lint_and_test_catch_problems(tmp_path: Path) -> None:
     tested = runner.invoke(app, ["rules", "test", str(rules)])
     assert tested.exit_code == 1
     assert "unexpected match on line(s) [2]" in tested.stdout
+
+
+def test_lint_cli_reports_duplicate_ids_and_backtracking(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    for sub in ("a", "b"):
+        (rules / sub / "my-rule").mkdir(parents=True)
+        text = RULE.replace(r"'\d+\s+\w+'", r"'MYFW (\w+\s?)+ end'")
+        (rules / sub / "my-rule.yaml").write_text(text)
+    linted = runner.invoke(app, ["rules", "lint", "--rules", str(rules)])
+    assert linted.exit_code == 1
+    where = f"{rules / 'b' / 'my-rule.yaml'}:1: my-rule: duplicate id: also defined at"
+    assert where in linted.stdout
+    assert "detector 'b' can backtrack catastrophically" in linted.stdout
+
+
+def test_rules_test_runs_fact_only_rules() -> None:
+    shown = runner.invoke(app, ["rules", "show", "nccl-version-differs"])
+    assert shown.exit_code == 0 and "test: differs" in shown.stdout
+    assert "nccl-version-differs" in runner.invoke(app, ["rules", "list"]).stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from crashlens import __version__
 from crashlens.align import align
+from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
 from crashlens.ingest.read import NotText, Tolerant, open_binary
@@ -40,6 +41,7 @@ def analyze(
     skew: dict[str, float] | None = None,
     progress: Progress | None = None,
     fast: bool = True,
+    disable: Sequence[str] = (),
 ) -> Report:
     """Diagnose the crashed job whose logs are under ``paths``.
 
@@ -48,6 +50,7 @@ def analyze(
         rules: a loaded :class:`RuleSet`, or extra rule directories added to the bundled rules.
         skew: seconds each host's clock runs ahead of the reference clock (``{"node-02": 2.5}``).
         progress: called with each file's display path and size once it has been read.
+        disable: rule ids to leave out (``disable:`` in ``crashlens.yaml``).
         fast: use the multi-literal fast path where a file allows it; ``False`` feeds every
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
 
@@ -61,6 +64,8 @@ def analyze(
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     ruleset = rules if isinstance(rules, RuleSet) else load_rules([Path(p) for p in rules or []])
+    if disable:
+        ruleset = Config(disable=tuple(disable)).apply(ruleset)
     matcher = LineMatcher(ruleset)
     scanner = scanner_for(matcher) if fast else None
     inputs: list[InputFile] = []
@@ -80,7 +85,7 @@ def analyze(
         raise NoInputError(f"nothing readable in the given paths ({reasons})")
     sync = {rule.id: rule.sync for rule in ruleset.rules if rule.sync}
     timeline = align(results, skew, sync)
-    matches = match(timeline.hits, ruleset)
+    matches = match(timeline.hits, ruleset, facts=timeline.facts)
     causes, first = rank(matches, timeline)
     notes.extend(f"detector {k} timed out and was skipped" for k in sorted(matcher.timeouts))
     return Report(

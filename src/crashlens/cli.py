@@ -26,6 +26,7 @@ from rich.progress import Progress as RichProgress
 from crashlens import __version__
 from crashlens.api import Progress, input_size
 from crashlens.api import analyze as run_analysis
+from crashlens.config import load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.render import FORMATS
@@ -150,8 +151,15 @@ def analyze(
         _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
     try:
         show = not quiet and sys.stderr.isatty()
+        config = load_config()
         with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
-            report = run_analysis(paths, rules or [], skew=parse_skew(skew or []), progress=advance)
+            report = run_analysis(
+                paths,
+                [*config.rules, *(rules or [])],
+                skew={**config.skew, **parse_skew(skew or [])},
+                disable=config.disable,
+                progress=advance,
+            )
     except CrashlensError as exc:
         _fail(str(exc))
     except Exception as exc:  # the error policy lives here, not in the library
@@ -243,7 +251,8 @@ RulesOption = Annotated[
 
 def _load(rules: list[Path] | None) -> RuleSet:
     try:
-        return load_rules(list(rules or []))
+        config = load_config()
+        return config.apply(load_rules([*config.rules, *(rules or [])]))
     except CrashlensError as exc:
         _fail(str(exc))
 

@@ -1,13 +1,25 @@
-"""Match stage: evaluate each rule's condition over the detector hits of the timeline."""
+"""Match stage: evaluate each rule's condition over the detector hits of the timeline.
+
+Environment facts enter in two ways (docs/rules.md, "Rules on facts"): a rule's ``when:``
+must hold for the facts or the rule does not match, and a fact-only rule (``facts:``, no
+detectors) matches on the facts themselves, with synthetic hits that cite each fact's line.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
-from crashlens.model import Hit
-from crashlens.rulebase.schema import Condition, Rule, RuleSet
+from crashlens.facts import VERSION_KEYS, version_tuple
+from crashlens.model import Evidence, Fact, Hit
+from crashlens.rulebase.conditions import satisfies, when_holds
+from crashlens.rulebase.schema import Condition, Rule, RuleSet, VersionSpec
+
+#: What ``match(..., facts=...)`` accepts: the parsed facts (with their lines), or a plain
+#: ``key -> value`` mapping such as ``Report.environment`` (enough for ``when:``, not for
+#: fact-only rules, which need a line to cite).
+Facts = Iterable[Fact] | Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +65,28 @@ def group_key(hit: Hit, same: str) -> Hashable:
     return ev.rank if ev.rank is not None else ("file", ev.file)
 
 
-def match(hits: Iterable[Hit], rules: RuleSet) -> list[Match]:
+def match(hits: Iterable[Hit], rules: RuleSet, facts: Facts | None = None) -> list[Match]:
     """Every rule whose condition holds in at least one group; fallbacks only on unclaimed
     tracebacks, so a generic "uncaught exception" never competes with a specific rule.
+
+    ``facts`` (optional) are the environment facts: rules with ``when:`` only match when the
+    facts satisfy it (no facts: they never match), and fact-only rules match on them. Fact-only
+    findings are context for a failure, so they are only produced when some detector-based rule
+    matched too: a healthy run never "fails" because of its versions.
     """
+    fact_list, values = _split_facts(facts)
     by_rule: dict[str, list[Hit]] = defaultdict(list)
     for hit in hits:
         by_rule[hit.rule_id].append(hit)
     matches: list[Match] = []
     fallbacks: list[Rule] = []
+    fact_rules: list[Rule] = []
     for rule in rules.rules:
+        if rule.when and not when_holds(rule.when, values, rules.versions):
+            continue
+        if rule.fact_only:
+            fact_rules.append(rule)
+            continue
         if rule.fallback:
             fallbacks.append(rule)
             continue
@@ -75,7 +99,99 @@ def match(hits: Iterable[Hit], rules: RuleSet) -> list[Match]:
         found = _evaluate(rule, own)
         if found:
             matches.append(Match(rule, tuple(found)))
+    if matches and fact_list:
+        for rule in fact_rules:
+            found = fact_hits(rule, fact_list, rules)
+            if found:
+                matches.append(Match(rule, tuple(found)))
     return matches
+
+
+def _split_facts(facts: Facts | None) -> tuple[list[Fact], dict[str, list[str]]]:
+    """The facts as a list (empty for a mapping) and as key -> every distinct stated value."""
+    values: dict[str, list[str]] = defaultdict(list)
+    if facts is None:
+        return [], values
+    if isinstance(facts, Mapping):
+        for key, joined in facts.items():
+            for value in str(joined).split(" | "):
+                if value and value not in values[key]:
+                    values[key].append(value)
+        return [], values
+    fact_list = list(facts)
+    for f in fact_list:
+        if f.value not in values[f.key]:
+            values[f.key].append(f.value)
+    return fact_list, values
+
+
+def _same_value(key: str, value: str) -> Hashable:
+    """Values that name the same version compare equal (``2.18.1+cuda12.1`` == ``2.18.1``)."""
+    if key in VERSION_KEYS:
+        parsed = version_tuple(value)
+        if parsed is not None:
+            return parsed
+    return value.strip().lower()
+
+
+def _fact_hit(rule: Rule, fact: Fact, fields: dict[str, str]) -> Hit:
+    where = f" on {fact.host}" if fact.host else ""
+    evidence = Evidence(
+        file=fact.file,
+        line=fact.line,
+        rank=fact.rank,
+        host=fact.host,
+        time=None,
+        time_inferred=False,
+        text=f"{fact.key} {fact.value}{where} (environment fact)",
+    )
+    return Hit(rule.id, f"fact:{fact.key}", evidence, {"fact": fact.key, **fields})
+
+
+def fact_hits(rule: Rule, facts: list[Fact], rules: RuleSet) -> list[Hit]:
+    """The synthetic hits of a fact-only rule: one per offending (fact, value, host)."""
+    assert rule.facts is not None
+    test = rule.facts.test
+    out: list[Hit] = []
+    for key in rule.facts.keys:
+        stated = [f for f in facts if f.key == key]
+        if not stated:
+            continue
+        if test == "differs":
+            out.extend(_differs(rule, key, stated))
+            continue
+        entry = rules.versions.get(key)
+        if entry is None:
+            continue
+        spec = VersionSpec(test, matrix=test)
+        seen: set[tuple[Hashable, str | None]] = set()
+        for f in stated:
+            ident = (_same_value(key, f.value), f.host)
+            if ident in seen or not satisfies(f.value, spec, key, rules.versions):
+                continue
+            seen.add(ident)
+            fields = {
+                "value": f.value,
+                "recommended": entry.recommended.text if entry.recommended else "(none)",
+                "known_problem": entry.known_problem.text if entry.known_problem else "(none)",
+                "note": entry.note or "see the version matrix",
+            }
+            out.append(_fact_hit(rule, f, fields))
+    return out
+
+
+def _differs(rule: Rule, key: str, stated: list[Fact]) -> list[Hit]:
+    """One hit per distinct value when at least two nodes (hosts, else files) disagree."""
+    first: dict[Hashable, Fact] = {}
+    nodes: dict[Hashable, set[str]] = defaultdict(set)
+    for f in stated:
+        value = _same_value(key, f.value)
+        first.setdefault(value, f)
+        nodes[value].add(f.host or f.file)
+    if len(first) < 2 or len(set().union(*nodes.values())) < 2:
+        return []
+    summary = ", ".join(f"{f.value} on {', '.join(sorted(nodes[v]))}" for v, f in first.items())
+    return [_fact_hit(rule, f, {"value": f.value, "values": summary}) for f in first.values()]
 
 
 def _evaluate(rule: Rule, hits: list[Hit]) -> list[Hit]:

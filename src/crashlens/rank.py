@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import string
 from dataclasses import dataclass, field
 from typing import Literal
 
+from crashlens import facts as facts_mod
 from crashlens.align import Timeline
 from crashlens.match import Match
 from crashlens.model import Evidence, Hit
@@ -67,6 +69,8 @@ class Cause:
     kind: Literal["cause", "symptom"]
     confidence: float = 0.0
     explains: list[Explained] = field(default_factory=list)
+    #: Environment facts (versions, batch size...) for remediation placeholders.
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def rule_id(self) -> str:
@@ -101,6 +105,8 @@ class Cause:
         hosts = self.match.hosts
         if hosts:
             values.setdefault("host", hosts[0])
+        for key, value in facts_mod.placeholder_values(self.environment).items():
+            values.setdefault(key, value)
         return fill(self.match.rule.remediation, values)
 
 
@@ -114,24 +120,39 @@ def _time_order(ev: Evidence) -> tuple[float, str, int]:
     return (ev.time if ev.time is not None else math.inf, ev.file, ev.line)
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_ASIDE = re.compile(r" ?\(([^()]*)\)")
+
+
 class _Defaulting(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return "(unknown)"
 
 
 def fill(template: str, values: dict[str, str]) -> str:
-    """``str.format_map`` that leaves unknown or malformed placeholders as written."""
+    """Fill ``{field}`` placeholders from the evidence and environment facts.
+
+    An aside in parentheses whose placeholders are not all known is left out, so rules can
+    say "(from {per_device_train_batch_size} to {half_batch})" and read well either way; any
+    other unknown placeholder reads "(unknown)". Malformed templates are returned as written.
+    """
+
+    def aside(m: re.Match[str]) -> str:
+        names = _PLACEHOLDER.findall(m.group(1))
+        return "" if any(n not in values for n in names) else m.group(0)
+
     try:
-        return string.Formatter().vformat(template, (), _Defaulting(values))
-    except (ValueError, IndexError, AttributeError):
+        return string.Formatter().vformat(_ASIDE.sub(aside, template), (), _Defaulting(values))
+    except (ValueError, IndexError, AttributeError, KeyError):
         return template
 
 
 def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFailure | None]:
     """Order matches into causes (best first) and find the first failure."""
     first = first_failure(matches, timeline)
-    causes = [Cause(m, "cause") for m in matches if m.rule.kind == "cause"]
-    symptoms = [Cause(m, "symptom") for m in matches if m.rule.kind == "symptom"]
+    env = facts_mod.environment_of(timeline.facts)
+    causes = [Cause(m, "cause", environment=env) for m in matches if m.rule.kind == "cause"]
+    symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
     # A handled exception that was logged and retried is not the crash.

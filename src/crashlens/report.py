@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from crashlens.facts import environment_of
 from crashlens.model import ClockSkew, Evidence, Fact, InputFile, RankSummary, Traceback
 from crashlens.rank import Cause, FirstFailure
 
@@ -72,14 +73,7 @@ class Report:
     @property
     def environment(self) -> dict[str, str]:
         """One value per fact (the most common; differing values are joined with " | ")."""
-        values: dict[str, dict[str, int]] = {}
-        for f in self.facts:
-            counts = values.setdefault(f.key, {})
-            counts[f.value] = counts.get(f.value, 0) + 1
-        return {
-            key: " | ".join(sorted(counts, key=lambda v: (-counts[v], v)))
-            for key, counts in sorted(values.items())
-        }
+        return environment_of(self.facts)
 
     def cascade(self) -> list[dict[str, Any]]:
         """Per class, how many ranks and events the primary cause's symptoms account for."""

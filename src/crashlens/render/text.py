@@ -8,6 +8,7 @@ terminal.
 from __future__ import annotations
 
 import io
+import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
@@ -32,10 +33,21 @@ def clean(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
+
+
 def reflow(text: str) -> str:
-    """Join the hard-wrapped lines of each paragraph so the terminal wraps them once."""
-    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
-    return "\n\n".join(p for p in paragraphs if p)
+    """Join hard-wrapped lines so the terminal wraps them once; keep paragraphs and list items."""
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            out.append("")
+        elif out and out[-1] and not _ITEM.match(line):
+            out[-1] += " " + stripped
+        else:
+            out.append(stripped)
+    return "\n".join(out).strip()
 
 
 def render(report: Report, *, color: bool = False, width: int = 100, **_: Any) -> str:

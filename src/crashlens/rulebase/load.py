@@ -13,21 +13,35 @@ import yaml
 
 from crashlens.errors import RuleError
 from crashlens.model import CAUSE_CLASSES
+from crashlens.rulebase.conditions import parse_spec
 from crashlens.rulebase.literals import required_literals
-from crashlens.rulebase.schema import SEVERITY_WEIGHT, Condition, Detector, Rule, RuleSet
+from crashlens.rulebase.schema import (
+    FACT_TESTS,
+    SEVERITY_WEIGHT,
+    Condition,
+    Detector,
+    FactTest,
+    Rule,
+    RuleSet,
+    VersionEntry,
+    VersionSpec,
+)
 
 _RULE_KEYS = {
     "id", "title", "class", "severity", "kind", "description", "detectors", "condition",
-    "explains", "remediation", "references", "repro", "fallback", "tags", "sync",
+    "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FACT_KEY = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_RULE_FILE = 1 << 20
 #: Deepest nesting of YAML collections a rule file may use (rules need about four levels).
 MAX_DEPTH = 32
-_NOT_RULES = {"expect.yaml", "expected.yaml", "expect.yml", "expected.yml"}
+#: The version matrix's file name: data the rules read, not a rule (see load_version_matrix).
+VERSIONS_FILE = "versions.yaml"
+_NOT_RULES = {"expect.yaml", "expected.yaml", "expect.yml", "expected.yml", VERSIONS_FILE}
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -75,11 +89,85 @@ def load_rules(dirs: list[Path] | None = None, *, include_default: bool = True) 
     """
     sources = ([default_rules_dir()] if include_default else []) + list(dirs or [])
     rules: dict[str, Rule] = {}
+    duplicates: list[tuple[Rule, Rule]] = []
     for directory in sources:
+        here: dict[str, Rule] = {}
         for path in rule_files(Path(directory)):
             rule = load_rule_file(path)
+            if rule.id in here:
+                duplicates.append((here[rule.id], rule))
+            here[rule.id] = rule
             rules[rule.id] = rule
-    return RuleSet(tuple(rules.values()))
+    versions = load_version_matrix(list(dirs or []), include_default=include_default)
+    return RuleSet(tuple(rules.values()), versions=versions, duplicates=tuple(duplicates))
+
+
+def load_version_matrix(
+    dirs: list[Path] | None = None, *, include_default: bool = True
+) -> dict[str, VersionEntry]:
+    """The version matrix: ``versions.yaml`` at the top of the bundled rules, then of each dir.
+
+    A later file's row for a fact replaces an earlier one. Format (see docs/rules.md)::
+
+        torch:
+          recommended: ">=2.0.0,<=2.1.2"
+          known_problem: "==1.13.*"
+          note: why the known-problem range is a problem
+          references: [https://...]
+
+    Raises:
+        RuleError: naming the file and line of the first invalid entry.
+    """
+    sources = ([default_rules_dir()] if include_default else []) + list(dirs or [])
+    out: dict[str, VersionEntry] = {}
+    for directory in sources:
+        path = Path(directory) / VERSIONS_FILE
+        if Path(directory).is_dir() and path.is_file():
+            out.update(_version_file(path))
+    return out
+
+
+def _version_file(path: Path) -> dict[str, VersionEntry]:
+    data = _load_yaml(path, "version matrix")
+    shown = os.fspath(path)
+    if not isinstance(data, dict):
+        raise RuleError("the version matrix must be one mapping", path=shown, line=1)
+    out: dict[str, VersionEntry] = {}
+    for key, row in data.items():
+        if key == "__line__":
+            continue
+        if not isinstance(row, dict):
+            raise _fail(f"'{key}' must map to recommended / known_problem", shown, data)
+        unknown = set(row) - {"recommended", "known_problem", "note", "references", "__line__"}
+        if unknown:
+            raise _fail(f"'{key}': unknown key(s) {sorted(map(str, unknown))}", shown, row)
+        specs: dict[str, VersionSpec | None] = {}
+        for name in ("recommended", "known_problem"):
+            value = row.get(name)
+            if value is None:
+                specs[name] = None
+                continue
+            spec = _spec(value, f"{key}.{name}", shown, row)
+            if spec.clauses == ():
+                raise _fail(f"'{key}.{name}' must be a version range like '>=2.0'", shown, row)
+            specs[name] = spec
+        out[str(key)] = VersionEntry(
+            key=str(key),
+            recommended=specs["recommended"],
+            known_problem=specs["known_problem"],
+            note=str(row.get("note", "")).strip(),
+            references=_strings(row.get("references"), "references", shown, row),
+        )
+    return out
+
+
+def _spec(value: Any, what: str, path: str, node: dict[str, Any]) -> VersionSpec:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _fail(f"'{what}' must be a string such as '>=2.0,<2.2'", path, node)
+    try:
+        return parse_spec(str(value))
+    except ValueError as exc:
+        raise _fail(f"'{what}': {exc}", path, node) from None
 
 
 def load_rule_file(path: Path) -> Rule:
@@ -89,26 +177,36 @@ def load_rule_file(path: Path) -> Rule:
         RuleError: naming the file and line of the first problem.
     """
     shown = os.fspath(path)
+    data = _load_yaml(path, "rule file")
+    if not isinstance(data, dict):
+        raise RuleError("a rule file must hold one mapping", path=shown, line=1)
+    return build_rule(data, shown)
+
+
+def _load_yaml(path: Path, what: str) -> Any:
+    """Read and safely parse one YAML file (size-capped, no aliases, bounded depth).
+
+    Raises:
+        RuleError: naming the file (and line) of the problem.
+    """
+    shown = os.fspath(path)
     try:
         size = path.stat().st_size
         if size > MAX_RULE_FILE:
-            raise RuleError(f"rule file is too large ({size} bytes)", path=shown)
+            raise RuleError(f"{what} is too large ({size} bytes)", path=shown)
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"cannot read rule file: {exc}", path=shown) from None
+        raise RuleError(f"cannot read {what}: {exc}", path=shown) from None
     try:
         _refuse_bombs(text, shown)
-        data = yaml.load(text, Loader=_LineLoader)
+        return yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise RuleError(f"invalid YAML: {problem}", path=shown, line=line) from None
     except RecursionError:
-        raise RuleError("rule file is nested too deeply", path=shown) from None
-    if not isinstance(data, dict):
-        raise RuleError("a rule file must hold one mapping", path=shown, line=1)
-    return build_rule(data, shown)
+        raise RuleError(f"{what} is nested too deeply", path=shown) from None
 
 
 def _refuse_bombs(text: str, shown: str) -> None:
@@ -152,7 +250,9 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
     unknown = set(data) - _RULE_KEYS - {"__line__"}
     if unknown:
         raise _fail(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}", path, data)
-    for key in ("id", "title", "class", "severity", "detectors"):
+    fact_test = _fact_test(data.get("facts"), path, data) if "facts" in data else None
+    required = ("id", "title", "class", "severity") + (() if fact_test else ("detectors",))
+    for key in required:
         if key not in data:
             raise _fail(f"missing required key '{key}'", path, data)
     for key in ("id", "title", "class", "severity", "kind", "description", "remediation", "repro"):
@@ -170,8 +270,17 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
     kind = str(data.get("kind", "cause"))
     if kind not in ("cause", "symptom"):
         raise _fail("kind must be 'cause' or 'symptom'", path, data)
-    detectors = _detectors(data["detectors"], path, data)
-    condition = _condition(data.get("condition"), {d.name for d in detectors}, path, data)
+    if fact_test is not None:
+        if data.get("detectors") or "condition" in data:
+            raise _fail("a rule with 'facts' has no 'detectors' or 'condition'", path, data)
+        if data.get("fallback"):
+            raise _fail("a rule with 'facts' cannot be a fallback", path, data)
+        detectors: tuple[Detector, ...] = ()
+        condition = Condition()
+    else:
+        detectors = _detectors(data["detectors"], path, data)
+        condition = _condition(data.get("condition"), {d.name for d in detectors}, path, data)
+    when = _when(data.get("when"), path, data)
     return Rule(
         id=rule_id,
         title=str(data["title"]),
@@ -190,7 +299,42 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
         fallback=bool(data.get("fallback", False)),
         tags=_strings(data.get("tags"), "tags", path, data),
         sync=str(data["sync"]) if data.get("sync") else None,
+        when=when,
+        facts=fact_test,
     )
+
+
+def _when(value: Any, path: str, node: dict[str, Any]) -> tuple[tuple[str, VersionSpec], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not set(value) - {"__line__"}:
+        raise _fail("'when' must map fact names to conditions, e.g. {torch: '>=2.0'}", path, node)
+    out = []
+    for key, spec in value.items():
+        if key == "__line__":
+            continue
+        if not isinstance(key, str) or not _FACT_KEY.match(key):
+            raise _fail(f"when: '{key}' is not a fact name (lower_snake_case)", path, value)
+        out.append((key, _spec(spec, f"when.{key}", path, value)))
+    return tuple(out)
+
+
+def _fact_test(value: Any, path: str, node: dict[str, Any]) -> FactTest:
+    if not isinstance(value, dict):
+        raise _fail("'facts' must be a mapping with 'test' and 'keys'", path, node)
+    unknown = set(value) - {"test", "keys", "__line__"}
+    if unknown:
+        raise _fail(f"facts: unknown key(s) {sorted(map(str, unknown))}", path, value)
+    test = value.get("test")
+    if test not in FACT_TESTS:
+        raise _fail(f"facts: 'test' must be one of {', '.join(FACT_TESTS)}", path, value)
+    keys = _strings(value.get("keys"), "keys", path, value)
+    if not keys:
+        raise _fail("facts: 'keys' must name at least one fact", path, value)
+    for key in keys:
+        if not _FACT_KEY.match(key):
+            raise _fail(f"facts: '{key}' is not a fact name (lower_snake_case)", path, value)
+    return FactTest(test=str(test), keys=keys)
 
 
 def _strings(value: Any, key: str, path: str, node: dict[str, Any]) -> tuple[str, ...]:

@@ -43,6 +43,44 @@ class Condition:
     same: Same = "rank"
 
 
+#: ``facts.test`` values of a fact-only rule (see docs/rules.md, "Rules on facts").
+FACT_TESTS = ("known-problem", "outside-recommended", "differs")
+
+
+@dataclass(frozen=True, slots=True)
+class VersionSpec:
+    """A parsed version condition: ``>=2.0,<2.2``, ``==1.13.*``, a matrix word, or a string.
+
+    ``clauses`` are ``(operator, version tuple, wildcard)``; ``matrix`` names a version-matrix
+    range (``known-problem``, ``recommended``, ``outside-recommended``); ``equals`` is a plain
+    value compared case-insensitively (``precision: fp16``).
+    """
+
+    text: str
+    clauses: tuple[tuple[str, tuple[int, ...], bool], ...] = ()
+    matrix: str | None = None
+    equals: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEntry:
+    """One row of the version matrix: the recommended and the known-problem range of a fact."""
+
+    key: str
+    recommended: VersionSpec | None = None
+    known_problem: VersionSpec | None = None
+    note: str = ""
+    references: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FactTest:
+    """What a fact-only rule looks for: ``test`` applied to each fact named in ``keys``."""
+
+    test: str
+    keys: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One root cause (or symptom) the analyzer knows, loaded from ``rules/**/<id>.yaml``."""
@@ -65,6 +103,15 @@ class Rule:
     tags: tuple[str, ...] = ()
     #: A field whose equal values mark the same moment on every rank (clock-skew basis).
     sync: str | None = None
+    #: ``when:`` conditions on environment facts; all must hold (a missing fact fails).
+    when: tuple[tuple[str, VersionSpec], ...] = ()
+    #: ``facts:`` of a fact-only rule (no detectors): its evidence is the facts' lines.
+    facts: FactTest | None = None
+
+    @property
+    def fact_only(self) -> bool:
+        """Whether the rule fires on environment facts alone (it has no detectors)."""
+        return self.facts is not None
 
     @property
     def weight(self) -> float:
@@ -89,6 +136,10 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     by_id: dict[str, Rule] = field(default_factory=dict)
+    #: The version matrix (``rules/versions.yaml``): fact key -> range name -> spec.
+    versions: dict[str, VersionEntry] = field(default_factory=dict)
+    #: ``(replaced, replacement)`` for rules whose id was defined twice in one directory.
+    duplicates: tuple[tuple[Rule, Rule], ...] = ()
 
     def __post_init__(self) -> None:
         self.by_id = {rule.id: rule for rule in self.rules}

@@ -117,7 +117,8 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
         year=2024,
         tb_ids=itertools.count(1),
     )
-    for m in match(align([parsed]).hits, rules):
+    timeline = align([parsed])
+    for m in match(timeline.hits, rules, facts=timeline.facts):
         for hit in m.hits:
             result.actual[m.rule.id].add(hit.evidence.line)
     return result
