@@ -127,3 +127,18 @@ def test_rich_and_ipython_and_faulthandler() -> None:
     tb = assemble(fault).done[0]
     assert tb.exceptions[0].type == "Fatal Python error"
     assert tb.exceptions[0].frames[0].function == "_worker"
+
+
+def test_stdout_interleaved_into_the_frames_is_not_the_exception() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "crash.py", line 8, in <module>\n'
+        "stdout line 2\n"
+        "    check(3)\n"
+        '  File "crash.py", line 7, in check\n'
+        '    raise ValueError(f"label index 11")\n'
+        "ValueError: label index 11\n"
+    )
+    exc = assemble(text).done[0].exceptions[-1]
+    assert (exc.type, exc.message) == ("ValueError", "label index 11")
+    assert exc.lineno == 7

@@ -13,8 +13,10 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from crashlens.model import (
     ChildFailure,
@@ -40,11 +42,14 @@ class Timeline:
     tracebacks: list[Traceback]
     failures: list[ChildFailure]
     ranks: list[RankSummary]
-    frame: pd.DataFrame
     hit_counts: dict[str, int]
     skew: dict[str, float]
     clock_skew: dict[str, ClockSkew] = dataclasses.field(default_factory=dict)
     facts: list[Fact] = dataclasses.field(default_factory=list)
+
+    def frame(self) -> pd.DataFrame:
+        """The events as a pandas DataFrame (built on demand)."""
+        return build_frame(self.hits, self.tracebacks, self.failures)
 
 
 def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
@@ -110,7 +115,6 @@ def align(
         tracebacks=tracebacks,
         failures=failures,
         ranks=ranks,
-        frame=build_frame(hits, tracebacks, failures),
         hit_counts=counts,
         skew=offsets,
         clock_skew=clock,
@@ -333,7 +337,13 @@ def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> l
 def build_frame(
     hits: list[Hit], tracebacks: list[Traceback], failures: list[ChildFailure]
 ) -> pd.DataFrame:
-    """The event table: one row per signal, traceback and launcher failure report."""
+    """The event table: one row per signal, traceback and launcher failure report.
+
+    pandas is imported here, not at module load: it costs half a second of start-up that
+    the terminal and JSON outputs never need.
+    """
+    import pandas as pd
+
     rows: list[dict[str, object]] = []
     for h in hits:
         ev = h.evidence

@@ -94,7 +94,7 @@ def analyze(
         ranks=timeline.ranks,
         inputs=inputs,
         notes=notes,
-        timeline=timeline.frame,
+        timeline_builder=timeline.frame,
         tracebacks=timeline.tracebacks,
         clock_skew=timeline.clock_skew,
         facts=timeline.facts,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from crashlens.facts import environment_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 from crashlens.model import ClockSkew, Evidence, Fact, InputFile, RankSummary, Traceback
 from crashlens.rank import Cause, FirstFailure
 
@@ -35,12 +37,20 @@ class Report:
     ranks: list[RankSummary]
     inputs: list[InputFile]
     notes: list[str]
-    timeline: pd.DataFrame = field(repr=False)
+    timeline_builder: Callable[[], pd.DataFrame] = field(repr=False)
     tracebacks: list[Traceback] = field(default_factory=list, repr=False)
     clock_skew: dict[str, ClockSkew] = field(default_factory=dict)
     facts: list[Fact] = field(default_factory=list)
     rules_loaded: int = 0
     tool_version: str = ""
+    _timeline: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """One row per event (signal, traceback, launcher report), time-ordered; built once."""
+        if self._timeline is None:
+            self._timeline = self.timeline_builder()
+        return self._timeline
 
     @property
     def primary(self) -> Cause | None:

@@ -35,6 +35,8 @@ _LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/us
 MAX_TB_LINES = 2000
 MAX_TEXT_LINES = 400
 MAX_MESSAGE_LINES = 60
+#: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
+MAX_NOISE_LINES = 5
 
 
 def is_user_code(path: str) -> bool:
@@ -60,6 +62,7 @@ class PartialTraceback:
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
     last_line: int = 0
+    noise: int = 0
     #: Time of the header line (own or inferred), fixed when the traceback starts.
     stamp: tuple[float | None, bool] | None = None
 
@@ -88,6 +91,14 @@ class PartialTraceback:
         self.frames = []
         self.exc_type = None
         self.exc_message = []
+
+
+def _exception_like(text: str) -> bool:
+    """Whether an unindented line can be the ``ExcType: message`` line ending a traceback."""
+    m = _EXC_LINE.fullmatch(text)
+    return m is not None and (
+        m["msg"] is not None or "." in m["type"] or _exception_word(m["type"])
+    )
 
 
 def _exception_word(name: str) -> bool:
@@ -182,6 +193,10 @@ class TracebackAssembler:
             return True
         if looks_like_record(text):
             return False
+        if not _exception_like(text) and tb.noise < MAX_NOISE_LINES:
+            # stdout interleaved into stderr's traceback (a combined console): not the end.
+            tb.noise += 1
+            return True
         tb.begin_exception(lineno, text)
         self.state = "message"
         return True

@@ -17,8 +17,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from crashlens.render.text import clean
 from crashlens.report import iso
 
@@ -407,6 +405,8 @@ def _dur(seconds: float) -> str:
 
 
 def _missing(value: Any) -> bool:
+    import pandas as pd  # only the HTML report reads the timeline frame
+
     try:
         return bool(pd.isna(value))
     except (TypeError, ValueError):
@@ -429,6 +429,8 @@ def _ts(value: Any) -> float | None:
     """A frame time (naive UTC ``Timestamp``) as POSIX seconds."""
     if value is None or _missing(value):
         return None
+    import pandas as pd
+
     stamp = pd.Timestamp(value)
     return float(stamp.value) / 1e9
 
