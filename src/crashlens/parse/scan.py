@@ -32,7 +32,7 @@ STRUCTURAL_TRIGGERS = (
     "global_rank_mapping=",
     *facts.TRIGGERS,
 )
-BLOCK = 8 << 20
+BLOCK = 2 << 20
 #: A line is cut to this many bytes before decoding (the text limit is applied after).
 MAX_LINE_BYTES = 64 * 1024
 #: A line still unterminated after this many bytes is truncated and the rest dropped.
