@@ -337,3 +337,21 @@ def test_tmpfs_unavailable_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert result.exit_code == 3, result.output
     assert "cannot run here: mounting a tmpfs needs root" in result.output
     assert list(out.iterdir()) == []
+
+
+#: CPU repros the tests above already run live through the CLI or against a committed fixture.
+_RUN_ABOVE = {"dataloader_worker_killed", "host_oom", "corrupt_jsonl", "rank_exception_cascade"}
+_OTHER_CPU = sorted(r.id for r in catalog.discover() if not r.gpu and r.id not in _RUN_ABOVE)
+
+
+@pytest.mark.parametrize("repro_id", _OTHER_CPU)
+def test_every_other_cpu_repro_closes_the_loop(
+    repro_id: str, isolated: list[RunResult], tmp_path: Path
+) -> None:
+    """Each CPU repro fails for real and crashlens diagnoses its class (the closed loop)."""
+    try:
+        result = repro_run.run_repro(repro_id, tmp_path / "out")
+    except repro_run.CannotRunHereError as exc:  # e.g. no tmpfs for disk_full in a container
+        pytest.skip(str(exc))
+    assert result.reproduced, (result.top_class, result.repro.cls, result.analysis_error)
+    _assert_nothing_left(isolated)
