@@ -47,4 +47,7 @@ def test_fixture_diagnosis(job: Path) -> None:
             assert ff is None or ff["rank"] is None, ff
         else:
             assert ff is not None and ff["rank"] == want, ff
+    for host, offset in (expected.get("clock_skew") or {}).items():
+        skew = data["clock_skew"][host]
+        assert abs(skew["offset_s"] - offset) <= 0.5 and skew["applied"], skew
     assert expected.get("exit_code", 1) == (1 if report.failed else 0)

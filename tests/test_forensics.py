@@ -16,6 +16,7 @@ PROGRESS = (
     "work: 100, last enqueued NCCL work: 100, last completed NCCL work: {done}.\n"
 )
 STEP = "2024-05-01 {t},000 INFO train: step 7 loss 1.25\n"
+NOTE = "2024-05-01 {t} INFO train: evaluating\n"
 OOM = (
     "[rank{r}]: Traceback (most recent call last):\n"
     '[rank{r}]:   File "/home/u/train.py", line 40, in <module>\n'
@@ -40,15 +41,17 @@ def test_three_seconds_of_clock_skew_still_names_the_right_first_rank(tmp_path: 
     # True story: rank 2 (node-02) runs out of memory at 03:14:00, rank 0 (node-01) hits an
     # illegal memory access at 03:14:01.5. node-02's clock runs 3 s ahead, so its log says
     # 03:14:03. Both hosts' surviving ranks time out on SeqNum=100 at the same true moment.
-    write(tmp_path, "node-01", 0, STEP.format(t="03:14:01") + ILLEGAL.format(r=0))
-    write(tmp_path, "node-01", 1, STEP.format(t="03:13:00") + WATCHDOG.format(r=1, t="03:24:00.1"))
-    write(tmp_path, "node-02", 2, STEP.format(t="03:14:03") + OOM.format(r=2))
-    write(tmp_path, "node-02", 3, STEP.format(t="03:13:03") + WATCHDOG.format(r=3, t="03:24:03.1"))
+    # Every rank logged "step 7" at the same true moment (03:13:00), another simultaneous event.
+    step_a, step_b = STEP.format(t="03:13:00"), STEP.format(t="03:13:03")
+    write(tmp_path, "node-01", 0, step_a + NOTE.format(t="03:14:01,500") + ILLEGAL.format(r=0))
+    write(tmp_path, "node-01", 1, step_a + WATCHDOG.format(r=1, t="03:24:00.1"))
+    write(tmp_path, "node-02", 2, step_b + NOTE.format(t="03:14:03,000") + OOM.format(r=2))
+    write(tmp_path, "node-02", 3, step_b + WATCHDOG.format(r=3, t="03:24:03.1"))
     report = analyze([tmp_path])
     skew = report.to_dict()["clock_skew"]
     assert skew["node-01"]["offset_s"] == 0.0
     assert abs(skew["node-02"]["offset_s"] - 3.0) < 0.01 and skew["node-02"]["applied"]
-    assert "SeqNum" not in skew["node-02"]["basis"] and "seq=100" in skew["node-02"]["basis"]
+    assert "simultaneous event group(s)" in skew["node-02"]["basis"]
     assert report.first_failure is not None and report.first_failure.rank == 2
     assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
     # Without the correction the other rank looks first: the estimate is what decides.

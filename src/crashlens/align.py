@@ -25,6 +25,7 @@ from crashlens.model import (
     Fact,
     Hit,
     RankSummary,
+    SyncMark,
     Traceback,
 )
 from crashlens.parse.stream import FileResult
@@ -73,7 +74,11 @@ def align(
             rank (the rules' ``sync:``); the basis of the clock-skew estimate.
     """
     results = fix_years(list(results))
-    estimated = estimate_skew([h for r in results for h in r.hits], sync_fields or {})
+    estimated = estimate_skew(
+        [h for r in results for h in r.hits],
+        sync_fields or {},
+        [m for r in results for m in r.sync],
+    )
     clock = dict(estimated)
     for host, offset in (skew or {}).items():
         clock[host] = ClockSkew(offset, 0.0, "given with --skew", True)
@@ -126,7 +131,9 @@ def _minus(t: float | None, delta: float) -> float | None:
     return None if t is None else t - delta
 
 
-def estimate_skew(hits: list[Hit], sync_fields: Mapping[str, str]) -> dict[str, ClockSkew]:
+def estimate_skew(
+    hits: list[Hit], sync_fields: Mapping[str, str], marks: Iterable[SyncMark] = ()
+) -> dict[str, ClockSkew]:
     """Estimate each host's clock offset from events that must be simultaneous.
 
     Hits of a rule with ``sync: <field>`` that share the field's value (e.g. every rank's
@@ -144,6 +151,9 @@ def estimate_skew(hits: list[Hit], sync_fields: Mapping[str, str]) -> dict[str, 
         if key is None or ev.time is None or ev.time_inferred or not ev.host:
             continue
         groups[(h.rule_id, key)][ev.host].append(ev.time)
+    for mark in marks:
+        if mark.host:
+            groups[("training", mark.key)][mark.host].append(mark.time)
     hosts = sorted({host for g in groups.values() for host in g})
     if len(hosts) < 2:
         return {}
@@ -163,7 +173,7 @@ def estimate_skew(hits: list[Hit], sync_fields: Mapping[str, str]) -> dict[str, 
         mad = statistics.median(abs(d - offset) for d in diffs)
         uncertainty = max(statistics.median(spread), mad, resolution)
         (rule_id, key), _ = shared[0]
-        example = f"{rule_id} {sync_fields[rule_id]}={key}"
+        example = key if rule_id == "training" else f"{rule_id} {sync_fields[rule_id]}={key}"
         basis = f"{len(shared)} simultaneous event group(s), e.g. {example}"
         applied = abs(offset) >= 0.5 and abs(offset) > 2 * uncertainty
         out[host] = ClockSkew(round(offset, 3), round(uncertainty, 3), basis, applied)

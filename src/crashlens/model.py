@@ -178,3 +178,13 @@ class Fact:
     line: int
     host: str | None
     rank: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncMark:
+    """A moment every rank lives through together (``step 120`` done), as one rank logged it."""
+
+    key: str
+    time: float
+    host: str | None
+    rank: int | None

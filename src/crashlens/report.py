@@ -106,7 +106,7 @@ class Report:
         ff, top = self.first_failure, self.primary
         if ff is None or top is None:
             return self.verdict
-        who = f"rank {ff.rank}" if ff.rank is not None else "the job"
+        who = f"rank {ff.rank}" if ff.rank is not None else "the process"
         host = f" on {ff.host}" if ff.host else ""
         when = f" at {iso(ff.time)}" if ff.time is not None else ""
         verb = "stopped making progress first (hang)" if ff.kind == "hang" else "failed first"

@@ -18,7 +18,16 @@ import regex
 
 from crashlens import facts
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
-from crashlens.model import ChildFailure, Evidence, Fact, Hit, RankSummary, Source, Traceback
+from crashlens.model import (
+    ChildFailure,
+    Evidence,
+    Fact,
+    Hit,
+    RankSummary,
+    Source,
+    SyncMark,
+    Traceback,
+)
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry, SummaryReader
@@ -42,6 +51,7 @@ _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
 _HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
+_STEP = regex.compile(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 _FACT_PROBE = re.compile("|".join(re.escape(t) for t in facts.TRIGGERS))
 MAX_FACTS = 200
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
@@ -132,6 +142,7 @@ class FileResult:
     #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
     rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
     facts: list[Fact] = field(default_factory=list)
+    sync: list[SyncMark] = field(default_factory=list)
 
 
 class FileParser:
@@ -164,6 +175,7 @@ class FileParser:
         self.year_known = False
         self.rank_map: dict[tuple[str, int], int] = {}
         self.facts: list[Fact] = []
+        self.sync: list[SyncMark] = []
         self.fact_keys: set[tuple[str, str | None, int | None]] = set()
         self.fact_probe = _FACT_PROBE
         self.lines = 0
@@ -506,6 +518,7 @@ class FileParser:
                     )
                 )
             failures.extend(self._failure(stream, e) for e in stream.summary.done)
+            self.sync.extend(self._step_marks(stream))
             if stream.host and stream.local_rank is not None and stream.rank is not None:
                 self.rank_map.setdefault((stream.host, stream.local_rank), stream.rank)
             ranks.append(self._summary(stream))
@@ -520,6 +533,7 @@ class FileParser:
             assumed_year=None if self.year_known else self.year,
             rank_map=self.rank_map,
             facts=self.facts,
+            sync=self.sync,
         )
 
     def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:
@@ -550,6 +564,25 @@ class FileParser:
             traceback_id=tb_id,
             fatal=fatal,
         )
+
+    def _step_marks(self, stream: _Stream) -> list[SyncMark]:
+        """Training-step lines among a rank's last lines: every rank finishes step N together.
+
+        Under synchronous data parallelism the step's collective makes "step N" lines of all
+        ranks simultaneous, which is what the clock-skew estimate needs. Only the last lines
+        are looked at (the ring), so this costs nothing per line.
+        """
+        if stream.rank is None:
+            return []
+        marks = []
+        for _, text in stream.ring:
+            m = _STEP.search(text)
+            if m is None:
+                continue
+            stamp = self._stamp(text)
+            if stamp is not None:
+                marks.append(SyncMark(f"step {m['n']}", stamp, stream.host, stream.rank))
+        return marks
 
     def _failure(self, stream: _Stream, entry: SummaryEntry) -> ChildFailure:
         text = " ".join(f"{k}: {v}" for k, v in entry.fields.items() if k != "traceback")
