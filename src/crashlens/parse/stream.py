@@ -460,14 +460,16 @@ class FileParser:
             if det.scope == "traceback":
                 final = tb.exceptions[-1]
                 targets = [(final.lineno, "\n".join(tb.text))]
+                shown = f"{final.type}: {final.message}".split("\n", 1)[0]
             else:
                 # Newest first: the exception that escaped is the one that killed the process.
                 targets = [(e.lineno, f"{e.type}: {e.message}") for e in reversed(tb.exceptions)]
+                shown = ""
             for lineno, target in targets:
                 found = self.matcher.search(rule, det, target)
                 if found is None:
                     continue
-                first_line = target.split("\n", 1)[0]
+                first_line = shown or target.split("\n", 1)[0]
                 self.hit_counts[rule.id] = self.hit_counts.get(rule.id, 0) + 1
                 pending = _PendingHit(
                     rule=rule,

@@ -240,6 +240,8 @@ def run_repro(
             as_limit_bytes=_as_limit(repro),
             master_port=master_port,
             torchrun_args=repro.torchrun_args,
+            # The port the repro must find taken is held out here, in this network namespace.
+            isolate_network=repro.options.get("master_port") != "occupied",
         )
 
     from crashlens.api import analyze

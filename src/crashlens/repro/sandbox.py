@@ -17,10 +17,13 @@ then every process still carrying the marker (found through ``/proc/<pid>/enviro
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import os
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -68,6 +71,8 @@ class RunResult:
     log_root: Path | None = None
     pid: int | None = None
     marker: str = ""
+    #: Whether the run had a network namespace of its own (loopback only).
+    network_isolated: bool = False
 
     @property
     def logs_dir(self) -> Path:
@@ -220,6 +225,42 @@ def _rlimit_setter(as_limit_bytes: int) -> Callable[[], None]:
     return _set
 
 
+_CLONE_NEWNET = 0x40000000
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP_LOOPBACK_RUNNING = 0x1 | 0x8 | 0x40
+
+
+def _isolate_network() -> None:
+    """In the child, before exec: a network namespace of its own with only loopback up.
+
+    The repro can then reach 127.0.0.1 (rendezvous, gloo) and nothing else. Raises when the
+    kernel refuses (no privilege for namespaces); the caller then runs without it and says so.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", b"lo", _IFF_UP_LOOPBACK_RUNNING, b"\0" * 14)
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, request)
+
+
+def _preexec(as_limit_bytes: int | None, isolate: bool) -> Callable[[], None] | None:
+    steps: list[Callable[[], None]] = []
+    if isolate:
+        steps.append(_isolate_network)
+    if as_limit_bytes is not None:
+        steps.append(_rlimit_setter(as_limit_bytes))
+    if not steps:
+        return None
+
+    def run_all() -> None:
+        for step in steps:
+            step()
+
+    return run_all
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -317,6 +358,7 @@ def run_script(
     extra_env: Mapping[str, str] | None = None,
     log_root: Path | None = None,
     torchrun_args: Sequence[str] = (),
+    isolate_network: bool = True,
 ) -> RunResult:
     """Run ``script`` in ``workdir`` and capture its logs there.
 
@@ -350,21 +392,34 @@ def run_script(
     marker = uuid.uuid4().hex
     env = build_env(workdir, extra_env)
     env[RUN_MARKER] = marker
-    preexec = _rlimit_setter(as_limit_bytes) if as_limit_bytes is not None else None
-
     timed_out = False
     start = time.monotonic()
+    isolated = isolate_network
     with main_log.open("wb") as out:
-        proc = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_preexec(as_limit_bytes, isolate=isolate_network),
+            )
+        except (subprocess.SubprocessError, OSError):
+            # No network namespace here (no privilege): run loopback-configured, and say so.
+            isolated = False
+            proc = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_preexec(as_limit_bytes, isolate=False),
+            )
         try:
             try:
                 proc.wait(timeout=timeout_s)
@@ -405,4 +460,5 @@ def run_script(
         log_root=log_root,
         pid=proc.pid,
         marker=marker,
+        network_isolated=isolated,
     )
