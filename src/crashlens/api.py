@@ -6,7 +6,7 @@ import itertools
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -161,7 +161,7 @@ def _read_one(
     rules: RuleSet,
     matcher: LineMatcher,
     scanner: TriggerScanner | None,
-    tb_ids: Iterable[int],
+    tb_ids: itertools.count[int],
     progress: Progress | None,
 ) -> tuple[FileResult | None, InputFile]:
     if cand.skipped:
@@ -169,7 +169,6 @@ def _read_one(
     is_stdin = cand.display == "<stdin>"
     size = 0 if is_stdin else _size(cand.path)
     source = attribute(cand.display)
-    counter: itertools.count[int] = tb_ids  # type: ignore[assignment]
     try:
         stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
     except NotText as exc:
@@ -182,13 +181,13 @@ def _read_one(
     try:
         if source.kind == "errorfile":
             try:
-                result = parse_error_file(source, reader, rules, matcher, tb_ids=counter)
+                result = parse_error_file(source, reader, rules, matcher, tb_ids=tb_ids)
             except ValueError as exc:
                 return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
         else:
             year = file_year(None if is_stdin else cand.path)
             result = parse_binary(
-                source, reader, encoding, rules, matcher, scanner, year=year, tb_ids=counter
+                source, reader, encoding, rules, matcher, scanner, year=year, tb_ids=tb_ids
             )
     except (OSError, EOFError, ValueError) as exc:
         return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")

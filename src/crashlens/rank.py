@@ -13,6 +13,7 @@ import dataclasses
 import math
 import re
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -303,12 +304,8 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     return _first(pick, "crash", None) if pick is not None else None
 
 
-def _earliest(evidence: object) -> Evidence | None:
-    items = list(evidence)  # type: ignore[call-overload]
-    if not items:
-        return None
-    ev: Evidence = min(items, key=_time_order)
-    return ev
+def _earliest(evidence: Iterable[Evidence]) -> Evidence | None:
+    return min(evidence, key=_time_order, default=None)
 
 
 def _first(
