@@ -114,7 +114,7 @@ class Report:
         parts = [
             f"{len(c['ranks'])} rank(s) then showed {c['class']} ({c['events']} event(s))"
             for c in self.cascade()
-            if c["ranks"]
+            if c["ranks"] and c["class"] != "unknown"
         ]
         if parts:
             text += "; " + "; ".join(parts) + " — symptoms"
