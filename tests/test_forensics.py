@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 from pathlib import Path
 
 from crashlens import analyze
@@ -80,3 +81,24 @@ def test_story_and_cascade_counts() -> None:
     cascade = {c["class"]: c for c in data["cascade"]}
     assert cascade["nccl_timeout"]["ranks"] == [0, 1, 2, 3]
     assert "symptoms" in data["story"]
+
+
+def test_plain_dmesg_gets_wall_time_from_a_pid_shared_with_a_timed_event(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "2024-05-01 03:14:00,000 INFO train: step 7 loss 1.25\n"
+        "2024-05-01 03:14:02,500 ERROR train: RuntimeError: DataLoader worker (pid 4971) is "
+        "killed by signal: Killed.\n"
+    )
+    (tmp_path / "dmesg.txt").write_text(
+        "[412870.100000] python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|"
+        "__GFP_COMP), order=0, oom_score_adj=0\n"
+        "[412871.000000] Out of memory: Killed process 4971 (pt_data_worker) total-vm:9012344kB, "
+        "anon-rss:8123456kB, file-rss:10240kB, shmem-rss:0kB, UID:0 pgtables:16384kB "
+        "oom_score_adj:0\n"
+    )
+    report = analyze([tmp_path])
+    assert report.primary is not None and report.primary.rule_id == "kernel-oom-kill"
+    (kernel,) = [e for e in report.primary.evidence if e.file.endswith("dmesg.txt")]
+    # Joined on pid 4971: the kill is the moment the worker was reported killed.
+    assert kernel.time is not None and kernel.time_inferred
+    assert kernel.time == calendar.timegm((2024, 5, 1, 3, 14, 2, 0, 0, 0)) + 0.5

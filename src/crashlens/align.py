@@ -105,6 +105,7 @@ def align(
             summaries.append(summary)
         for rule_id, n in res.hit_counts.items():
             counts[rule_id] = counts.get(rule_id, 0) + n
+    hits = wall_clock_for_uptime(hits)
     ranks = merge_ranks(summaries, failures)
     rank_map = {key: rank for res in results for key, rank in res.rank_map.items()}
     rank_map.update(
@@ -246,6 +247,37 @@ def join_pids(hits: list[Hit], ranks: list[RankSummary]) -> list[Hit]:
             if len(found) == 1:
                 rank = next(iter(found))
                 h = dataclasses.replace(h, evidence=dataclasses.replace(h.evidence, rank=rank))
+        out.append(h)
+    return out
+
+
+def wall_clock_for_uptime(hits: list[Hit]) -> list[Hit]:
+    """Put plain-``dmesg`` lines (seconds since boot) on the wall clock through a pid join.
+
+    A kernel line naming a pid (``Killed process 4971``) and a timed line elsewhere naming the
+    same pid (``DataLoader worker (pid 4971) is killed by signal``) describe one moment, which
+    fixes that kernel file's boot time; every line of the file then gets a wall time (marked
+    inferred). Without such a pair the lines keep no time and say so.
+    """
+    timed_pids: dict[str, float] = {}
+    for h in hits:
+        pid = h.fields.get("pid") or h.fields.get("pids", "").split(",")[0].strip()
+        if pid and "uptime_s" not in h.fields and h.evidence.time is not None:
+            timed_pids.setdefault(pid, h.evidence.time)
+    boot: dict[str, float] = {}
+    for h in hits:
+        kernel_pid, up = h.fields.get("pid"), h.fields.get("uptime_s")
+        if kernel_pid and up and kernel_pid in timed_pids and h.evidence.file not in boot:
+            boot[h.evidence.file] = timed_pids[kernel_pid] - float(up)
+    if not boot:
+        return hits
+    out = []
+    for h in hits:
+        uptime = h.fields.get("uptime_s")
+        base = boot.get(h.evidence.file)
+        if uptime and base is not None and h.evidence.time is None:
+            ev = dataclasses.replace(h.evidence, time=base + float(uptime), time_inferred=True)
+            h = dataclasses.replace(h, evidence=ev)
         out.append(h)
     return out
 

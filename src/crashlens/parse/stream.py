@@ -397,6 +397,12 @@ class FileParser:
             return
         self.per_det[key] = count + 1
         fields = {k: v for k, v in found.groupdict().items() if v is not None}
+        if self.source.kind == "kernel" and self.mono_offset is None:
+            # Seconds since boot: kept so align can put the line on the wall clock later,
+            # from a pid the line shares with a timed event elsewhere.
+            stamp = parse_timestamp(text, self.year)
+            if stamp is not None and stamp.monotonic:
+                fields["uptime_s"] = f"{stamp.value:.6f}"
         pending = _PendingHit(
             rule=rule,
             det=det,
