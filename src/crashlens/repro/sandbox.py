@@ -396,8 +396,9 @@ def run_script(
     start = time.monotonic()
     isolated = isolate_network
     with main_log.open("wb") as out:
-        try:
-            proc = subprocess.Popen(
+
+        def launch(isolate: bool) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 command,
                 cwd=workdir,
                 env=env,
@@ -405,21 +406,15 @@ def run_script(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_preexec(as_limit_bytes, isolate=isolate_network),
+                preexec_fn=_preexec(as_limit_bytes, isolate=isolate),
             )
+
+        try:
+            proc = launch(isolate_network)
         except (subprocess.SubprocessError, OSError):
             # No network namespace here (no privilege): run loopback-configured, and say so.
             isolated = False
-            proc = subprocess.Popen(
-                command,
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_preexec(as_limit_bytes, isolate=False),
-            )
+            proc = launch(False)
         try:
             try:
                 proc.wait(timeout=timeout_s)
