@@ -44,7 +44,6 @@ class Timeline:
     failures: list[ChildFailure]
     ranks: list[RankSummary]
     hit_counts: dict[str, int]
-    skew: dict[str, float]
     clock_skew: dict[str, ClockSkew] = dataclasses.field(default_factory=dict)
     facts: list[Fact] = dataclasses.field(default_factory=list)
 
@@ -122,7 +121,6 @@ def align(
         failures=failures,
         ranks=ranks,
         hit_counts=counts,
-        skew=offsets,
         clock_skew=clock,
         facts=[f for res in results for f in res.facts],
     )

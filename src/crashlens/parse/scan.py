@@ -46,7 +46,6 @@ class TriggerScanner:
         parts = [re.escape(lit) for lit in sorted(set(literals), key=len, reverse=True)]
         parts += [f"(?i:{re.escape(lit)})" for lit in sorted(set(literals_ci))]
         pattern = "|".join(parts).encode("utf-8")
-        self.engine = "re2" if _re2 is not None else "re"
         self.pattern: Any = (_re2 if _re2 is not None else re).compile(pattern)
 
     def line_starts(self, block: bytes) -> list[int]:

@@ -119,7 +119,6 @@ class _Stream:
     first_time: float | None = None
     probe_first: int = 50
     last_stamp: tuple[int, float] | None = None
-    tb_open_hits: list[_PendingHit] = field(default_factory=list)
     tb_done: list[_DoneTraceback] = field(default_factory=list)
     watch: _DoneTraceback | None = None
     #: Findings with no earlier timestamp in their stream, waiting for the next one.

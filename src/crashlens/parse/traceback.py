@@ -61,7 +61,6 @@ class PartialTraceback:
     exc_type: str | None = None
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
-    last_line: int = 0
     noise: int = 0
     #: Time of the header line (own or inferred), fixed when the traceback starts.
     stamp: tuple[float | None, bool] | None = None
@@ -130,7 +129,6 @@ class TracebackAssembler:
         taken: bool = handler(lineno, text)
         if taken:
             tb.add_text(text)
-            tb.last_line = lineno
             return True
         self._finish()
         return self._maybe_start(lineno, text)
@@ -165,7 +163,7 @@ class TracebackAssembler:
         return False
 
     def _start(self, lineno: int, text: str, state: str) -> None:
-        self.current = PartialTraceback(start_line=lineno, last_line=lineno)
+        self.current = PartialTraceback(start_line=lineno)
         self.current.add_text(text)
         self.state = state
         self.blank_run = 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crashlens.rulebase.literals import class_end
 from crashlens.rulebase.schema import Rule, RuleSet
 
 
@@ -65,7 +66,7 @@ def backtracking_risk(pattern: str) -> str | None:
             _note(stack, quant)
             continue
         if c == "[":
-            i = _class_end(pattern, i)
+            i = class_end(pattern, i)
             quant, i = _quantifier(pattern, i)
             _note(stack, quant)
             continue
@@ -149,17 +150,6 @@ def _quantifier(pattern: str, i: int) -> tuple[str, int]:
     if j < len(pattern) and pattern[j] in "?+":
         j += 1
     return pattern[i:j], j
-
-
-def _class_end(pattern: str, i: int) -> int:
-    j = i + 1
-    if pattern[j : j + 1] == "^":
-        j += 1
-    if pattern[j : j + 1] == "]":
-        j += 1
-    while j < len(pattern) and pattern[j] != "]":
-        j += 2 if pattern[j] == "\\" else 1
-    return j + 1
 
 
 def _literal_start(pattern: str, i: int) -> bool:

@@ -110,17 +110,21 @@ def _literal_runs(branch: str) -> list[str]:
     return runs
 
 
+def class_end(pattern: str, i: int) -> int:
+    """Index just past the character class ``[...]`` that starts at ``pattern[i]``."""
+    j = i + 1
+    if pattern[j : j + 1] == "^":
+        j += 1
+    if pattern[j : j + 1] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1
+
+
 def _skip_group(branch: str, i: int) -> int:
-    open_c = branch[i]
-    if open_c == "[":
-        j = i + 1
-        if branch[j : j + 1] == "^":
-            j += 1
-        if branch[j : j + 1] == "]":
-            j += 1
-        while j < len(branch) and branch[j] != "]":
-            j += 2 if branch[j] == "\\" else 1
-        return j + 1
+    if branch[i] == "[":
+        return class_end(branch, i)
     depth, j, in_class = 0, i, False
     while j < len(branch):
         c = branch[j]
