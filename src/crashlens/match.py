@@ -47,9 +47,14 @@ class Match:
 
     @property
     def fields(self) -> dict[str, str]:
-        """Named-group captures, earliest hit first (later hits only fill gaps)."""
+        """Named-group captures: the fatal hits' first, then the earliest (others fill gaps).
+
+        An exception that was logged and survived is not what ended the process, so it is
+        not what the remediation talks about when the fatal one is known.
+        """
         out: dict[str, str] = {}
-        for h in self.hits:
+        order = {True: 0, None: 1, False: 2}
+        for h in sorted(self.hits, key=lambda h: order[h.fatal]):
             for key, value in h.fields.items():
                 out.setdefault(key, value)
         return out
@@ -99,6 +104,8 @@ def match(hits: Iterable[Hit], rules: RuleSet, facts: Facts | None = None) -> li
         found = _evaluate(rule, own)
         if found:
             matches.append(Match(rule, tuple(found)))
+            # Fallbacks are tried in order: a traceback the first one took is not the next's.
+            claimed.update(h.traceback_id for h in found if h.traceback_id is not None)
     if matches and fact_list:
         for rule in fact_rules:
             found = fact_hits(rule, fact_list, rules)

@@ -97,6 +97,16 @@ class Cause:
         return sorted(out[:MAX_EVIDENCE], key=_time_order)
 
     @property
+    def lead(self) -> Evidence | None:
+        """The line to cite first: the earliest fatal one, else the earliest of any kind.
+
+        A handled exception (logged, and the process went on) never leads when the cause
+        also has the line that ended a process.
+        """
+        hits = sorted(self.match.hits, key=_evidence_order)
+        return hits[0].evidence if hits else None
+
+    @property
     def remediation(self) -> str:
         """The rule's remediation with ``{field}`` placeholders filled from the evidence."""
         values = dict(self.match.fields)
@@ -350,7 +360,7 @@ def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | Non
     elif completed:
         # Everyone timed out: the straggler is the rank that completed the least work.
         lowest = min(completed.values())
-        pool = [r for r in known if completed.get(r.rank or -1) == lowest] or known
+        pool = [r for r in known if r.rank is not None and completed.get(r.rank) == lowest] or known
     else:
         pool = known
     culprit = min(pool, key=lambda r: (r.last_time is None, r.last_time or 0.0, r.rank))

@@ -21,6 +21,7 @@ from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import (
     ChildFailure,
     Evidence,
+    ExceptionInfo,
     Fact,
     Hit,
     RankSummary,
@@ -31,7 +32,7 @@ from crashlens.model import (
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry, SummaryReader
-from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
+from crashlens.parse.traceback import PartialTraceback, TracebackAssembler, is_user_code
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
 RING = 32
@@ -54,7 +55,19 @@ _HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 _STEP = regex.compile(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 _FACT_PROBE = re.compile("|".join(re.escape(t) for t in facts.TRIGGERS))
 MAX_FACTS = 200
+_EMBEDDED_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+', re.MULTILINE)
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
+
+
+def _origin(exc: ExceptionInfo) -> str:
+    """Where an exception was raised: its innermost frame's code (``none``: no frame shown)."""
+    embedded = _EMBEDDED_FRAME.findall(exc.message)
+    if embedded:
+        # A worker's exception re-raised by the parent: the original traceback says where.
+        return "user" if is_user_code(embedded[-1]) else "library"
+    if not exc.frames:
+        return "none"
+    return "user" if exc.frames[-1].user_code else "library"
 
 
 def _stamp_setter(target: _PendingHit | PartialTraceback) -> Callable[[float], None]:
@@ -462,6 +475,8 @@ class FileParser:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
             targets: list[tuple[int, str]]
+            if det.origin is not None and _origin(tb.exceptions[-1]) not in det.origin:
+                continue
             if det.scope == "traceback":
                 final = tb.exceptions[-1]
                 targets = [(final.lineno, "\n".join(tb.text))]

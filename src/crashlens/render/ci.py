@@ -61,7 +61,7 @@ def _annotation(cause: Cause) -> str:
 
 def _cited(cause: Cause) -> Evidence | None:
     """The evidence to point at: the first line that was fatal, else the earliest."""
-    return cause.evidence[0] if cause.evidence else None
+    return cause.lead
 
 
 def _message(cause: Cause, ev: Evidence | None) -> str:

@@ -31,7 +31,8 @@ _RULE_KEYS = {
     "id", "title", "class", "severity", "kind", "description", "detectors", "condition",
     "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
 }  # fmt: skip
-_DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case"}
+_DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
+_ORIGINS = {"user", "library", "none"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -385,6 +386,13 @@ def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
         sources = frozenset(_strings(sources, "sources", path, spec))
         if not sources <= _SOURCES:
             raise _fail(f"detector '{name}': sources must be among {sorted(_SOURCES)}", path, spec)
+    origin = spec.get("origin")
+    if origin is not None:
+        origin = frozenset(_strings(origin, "origin", path, spec))
+        if not origin <= _ORIGINS:
+            raise _fail(f"detector '{name}': origin must be among {sorted(_ORIGINS)}", path, spec)
+        if scope == "line":
+            raise _fail(f"detector '{name}': origin needs scope exception or traceback", path, spec)
     literals: tuple[str, ...] | None
     if "contains" in spec:
         literals = _strings(spec["contains"], "contains", path, spec)
@@ -397,6 +405,7 @@ def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
         sources=sources,
         literals=literals,
         ignore_case=ignore_case,
+        origin=origin,
     )
 
 

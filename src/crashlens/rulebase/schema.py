@@ -27,6 +27,9 @@ class Detector:
     sources: frozenset[str] | None = None
     literals: tuple[str, ...] | None = None
     ignore_case: bool = False
+    #: Exception detectors only: where the exception was raised, by its innermost frame
+    #: (``user`` code, a ``library``, or ``none`` when the traceback shows no frame).
+    origin: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
