@@ -26,6 +26,10 @@ except ImportError:  # pragma: no cover
 #: Lines that start multi-line state even when no detector literal is on them.
 STRUCTURAL_TRIGGERS = (
     "Traceback (most recent call last)",
+    # A frame whose traceback header a paste lost; a final exception line on its own.
+    'File "',
+    "Error: ",
+    "Exception: ",
     "Fatal Python error: ",
     "Root Cause (first observed failure):",
     "Failures:",

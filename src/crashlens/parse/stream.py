@@ -70,6 +70,34 @@ def _origin(exc: ExceptionInfo) -> str:
     return "user" if exc.frames[-1].user_code else "library"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_TB_GLUE = "Traceback (most recent call last):"
+#: Launcher prefixes that can sit between glued text and a traceback header.
+_GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
+
+
+def _glued_header(raw: str) -> int:
+    """Where a traceback header glued to earlier text (a tqdm bar, no newline) begins; 0: none.
+
+    The header keeps the launcher prefix right before it (``...it/s][rank2]: Traceback``), so
+    the traceback lands in its rank's stream. Headers quoted inside a message (DataLoader's
+    ``Original Traceback``, torchelastic's ``traceback : Traceback``) are not glued text.
+    """
+    at = raw.find(_TB_GLUE)
+    before = raw[:at]
+    if at <= 1 or not before.strip():
+        return 0
+    if before.rstrip().endswith(("Original", "traceback :", "traceback:")):
+        return 0
+    m = _GLUED_PREFIX.search(before)
+    cut = m.start() if m else at
+    return cut if before[:cut].strip() else 0
+
+
+def _group(tb: PartialTraceback) -> PartialTraceback:
+    return tb.twin_of if tb.twin_of is not None else tb
+
+
 def _stamp_setter(target: _PendingHit | PartialTraceback) -> Callable[[float], None]:
     def settle(t: float) -> None:
         target.stamp = (t, True)
@@ -196,6 +224,18 @@ class FileParser:
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
         """Process one physical (or ``\\r``-split) line."""
+        if "\x1b" in raw:
+            raw = _ANSI.sub("", raw)
+        if _TB_GLUE in raw:
+            cut = _glued_header(raw)
+            if cut:
+                # ``...2.41s/it]Traceback (most recent call last):``: two lines in one.
+                self._feed(lineno, raw[:cut])
+                self._feed(lineno, raw[cut:])
+                return
+        self._feed(lineno, raw)
+
+    def _feed(self, lineno: int, raw: str) -> None:
         # Counts are of physical lines: tqdm's ``\r``-separated states share one line number.
         new_line = lineno != self.last_lineno
         self.lines += new_line
@@ -518,9 +558,11 @@ class FileParser:
             stream.assembler.close()
             self._complete_tracebacks(stream)
             stream.summary.close()
-            for i, done in enumerate(stream.tb_done):
+            # Tracebacks printed together (processes sharing a console) end or go on together.
+            last_group = _group(stream.tb_done[-1].tb) if stream.tb_done else None
+            for done in stream.tb_done:
                 tb, when, inferred = done.tb, done.time, done.inferred
-                last = i == len(stream.tb_done) - 1
+                last = _group(tb) is last_group
                 handled = done.handled(stream.lines)
                 fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
                 ident = next(self.tb_ids)

@@ -18,7 +18,10 @@ _CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
     "During handling of the above exception, another exception occurred:",
 )
-_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+#: Frames are indented by two spaces, except in web-pasted logs that lost their indentation.
+_FRAME = regex.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+#: A frame line a paste kept although it lost the header above it.
+_BARE_FRAME = regex.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.+)')
 _FAULT_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)')
 _RICH_FRAME = regex.compile(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
 _IPY_HEADER = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
@@ -32,8 +35,14 @@ _RECORD_START = regex.compile(
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
 )
 _LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/usr/lib/")
+#: Lines a rich, IPython or faulthandler block may take before it is closed regardless.
 MAX_TB_LINES = 2000
 MAX_TEXT_LINES = 400
+#: Of a longer traceback, the text keeps this many first lines and the rest from its end.
+TEXT_HEAD_LINES = 100
+#: Frames kept of a deep traceback (a RecursionError): the outermost and the innermost ones.
+MAX_FRAMES = 200
+FRAMES_HEAD = 20
 MAX_MESSAGE_LINES = 60
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
@@ -64,11 +73,34 @@ class PartialTraceback:
     noise: int = 0
     #: Time of the header line (own or inferred), fixed when the traceback starts.
     stamp: tuple[float | None, bool] | None = None
+    #: Further headers seen among the frames: other processes writing the same console.
+    twins: int = 0
+    #: The final exceptions of those other processes, as they were printed.
+    twin_exceptions: list[ExceptionInfo] = field(default_factory=list)
+    #: The traceback this one was printed together with (both processes died of theirs).
+    twin_of: PartialTraceback | None = None
+    #: Started at a frame line: the paste lost the ``Traceback ...`` header.
+    headerless: bool = False
 
     def add_text(self, text: str) -> None:
         self.line_count += 1
         if len(self.text) < MAX_TEXT_LINES:
             self.text.append(text)
+            return
+        # Bounded: keep the head (where it started) and a sliding tail (how it ended).
+        omitted = self.line_count - MAX_TEXT_LINES
+        marker = f"... [{omitted} traceback line(s) omitted by crashlens] ..."
+        if omitted == 1:
+            self.text.insert(TEXT_HEAD_LINES, marker)
+        else:
+            self.text[TEXT_HEAD_LINES] = marker
+        del self.text[TEXT_HEAD_LINES + 1]
+        self.text.append(text)
+
+    def add_frame(self, frame: Frame) -> None:
+        if len(self.frames) >= MAX_FRAMES:
+            del self.frames[FRAMES_HEAD]
+        self.frames.append(frame)
 
     def begin_exception(self, lineno: int, text: str) -> None:
         m = _EXC_LINE.fullmatch(text)
@@ -87,9 +119,19 @@ class PartialTraceback:
         self.exceptions.append(
             ExceptionInfo(self.exc_type, message, tuple(self.frames), self.exc_line)
         )
-        self.frames = []
         self.exc_type = None
         self.exc_message = []
+        if not self.twins:
+            self.frames = []
+
+    def twin(self, lineno: int, text: str) -> None:
+        """Another process's final exception line, printed among this traceback's."""
+        m = _EXC_LINE.fullmatch(text)
+        assert m is not None
+        self.twin_exceptions.append(
+            ExceptionInfo(m["type"], (m["msg"] or "").strip(), tuple(self.frames), lineno)
+        )
+        self.twins -= 1
 
 
 def _exception_like(text: str) -> bool:
@@ -98,6 +140,27 @@ def _exception_like(text: str) -> bool:
     return m is not None and (
         m["msg"] is not None or "." in m["type"] or _exception_word(m["type"])
     )
+
+
+_BARE_HINTS = ("Error", "Exception", "Interrupt", "Exit")
+#: Message lines a headerless exception may take (its own continuation, not the log after it).
+BARE_MESSAGE_LINES = 8
+
+
+def _bare_exception(text: str) -> bool:
+    """Whether an unindented line is an exception's final line standing on its own.
+
+    Warnings are not exceptions here, and a plain ``Error: ...`` is too common in ordinary
+    log text to count; a message (or a dotted, module-qualified type) is required.
+    """
+    if not text[:1].isalpha() or not any(h in text for h in _BARE_HINTS):
+        return False
+    m = _EXC_LINE.fullmatch(text)
+    if m is None or m["type"] in ("Error", "Exception") or m["type"].endswith("Warning"):
+        return False
+    if not (m["msg"] or "." in m["type"]):
+        return False
+    return _exception_word(m["type"].rsplit(".", 1)[-1])
 
 
 def _exception_word(name: str) -> bool:
@@ -122,7 +185,7 @@ class TracebackAssembler:
         if self.current is None:
             return self._maybe_start(lineno, text)
         tb = self.current
-        if tb.line_count >= MAX_TB_LINES:
+        if tb.line_count >= MAX_TB_LINES and self.state not in ("frames", "message"):
             self._finish()
             return self._maybe_start(lineno, text)
         handler = getattr(self, f"_on_{self.state}")
@@ -144,6 +207,14 @@ class TracebackAssembler:
         if stripped.startswith(TB_HEADER) and len(text) - len(stripped) <= 1:
             self._start(lineno, text, "frames")
             return True
+        m = _BARE_FRAME.match(text)
+        if m and not stripped.startswith("File \"<"):
+            # The header was lost (a pasted excerpt): the frames still say it is a traceback.
+            self._start(lineno, text, "frames")
+            assert self.current is not None
+            self.current.headerless = True
+            self._on_frames(lineno, text)
+            return True
         if text.startswith("╭") and "Traceback" in text:
             self._start(lineno, text, "rich")
             return True
@@ -153,6 +224,14 @@ class TracebackAssembler:
             self.current.exc_type = "Fatal Python error"
             self.current.exc_message = [text[len("Fatal Python error: ") :]]
             self.current.exc_line = lineno
+            return True
+        if _bare_exception(text):
+            # A final ``Type: message`` line with no traceback above it (a shortened paste,
+            # a launcher that printed only the error): an exception like any other.
+            self._start(lineno, text, "message")
+            assert self.current is not None
+            self.current.headerless = True
+            self.current.begin_exception(lineno, text)
             return True
         if "Traceback (most recent call last)" in text:
             m = _IPY_HEADER.match(text)
@@ -174,6 +253,13 @@ class TracebackAssembler:
         tb.end_exception()
         if tb.exceptions:
             self.done.append(tb)
+        for exc in tb.twin_exceptions:
+            twin = PartialTraceback(start_line=tb.start_line, text=list(tb.text))
+            twin.line_count = tb.line_count
+            twin.exceptions.append(exc)
+            twin.stamp = tb.stamp
+            twin.twin_of = tb
+            self.done.append(twin)
         self.current = None
         self.state = "idle"
 
@@ -185,9 +271,14 @@ class TracebackAssembler:
         if m:
             path = m["file"]
             func = (m["func"] or "").strip()
-            tb.frames.append(Frame(path, int(m["line"]), func, is_user_code(path)))
+            tb.add_frame(Frame(path, int(m["line"]), func, is_user_code(path)))
+            tb.noise = 0
             return True
         if not text.strip() or text[0].isspace():
+            return True
+        if text.startswith(TB_HEADER):
+            # Another process began its traceback in the same console: frames now interleave.
+            tb.twins += 1
             return True
         if looks_like_record(text):
             return False
@@ -212,7 +303,11 @@ class TracebackAssembler:
             return True
         if text.startswith(TB_HEADER) or looks_like_record(text):
             return False
-        if len(tb.exc_message) >= MAX_MESSAGE_LINES:
+        if tb.twins and _exception_like(text) and not text[0].isspace():
+            tb.twin(lineno, text)
+            return True
+        limit = BARE_MESSAGE_LINES if tb.headerless and not tb.frames else MAX_MESSAGE_LINES
+        if len(tb.exc_message) >= limit:
             return False
         tb.exc_message.append(text)
         return True
@@ -258,9 +353,7 @@ class TracebackAssembler:
         if text.startswith("│"):
             m = _RICH_FRAME.match(text)
             if m:
-                tb.frames.append(
-                    Frame(m["file"], int(m["line"]), m["func"], is_user_code(m["file"]))
-                )
+                tb.add_frame(Frame(m["file"], int(m["line"]), m["func"], is_user_code(m["file"])))
             return True
         if text.startswith("╰"):
             self.state = "frames"
@@ -278,7 +371,7 @@ class TracebackAssembler:
         if m:
             path = m["file"] or "<ipython-cell>"
             line = int(m["line"] or m["cline"])
-            tb.frames.append(Frame(path, line, m["func"] or "<cell>", is_user_code(path)))
+            tb.add_frame(Frame(path, line, m["func"] or "<cell>", is_user_code(path)))
         return tb.line_count < MAX_TB_LINES
 
     def _on_fault(self, lineno: int, text: str) -> bool:
@@ -292,6 +385,6 @@ class TracebackAssembler:
         m = _FAULT_FRAME.match(text)
         if m:
             path = m["file"]
-            tb.frames.append(Frame(path, int(m["line"]), m["func"].strip(), is_user_code(path)))
+            tb.add_frame(Frame(path, int(m["line"]), m["func"].strip(), is_user_code(path)))
             return True
         return False
