@@ -223,7 +223,10 @@ def attribute_symptoms(causes: list[Cause], symptoms: list[Cause]) -> set[str]:
 
 def _explains(cause: Cause, other: Cause) -> bool:
     rule = cause.match.rule
-    if not rule.explains_target(other.rule_id, other.match.rule.cls):
+    # A symptom of class unknown only says that a process failed ("exited with code 1", a
+    # native backtrace): whatever cause is known explains it.
+    generic = other.kind == "symptom" and other.match.rule.cls == "unknown"
+    if not generic and not rule.explains_target(other.rule_id, other.match.rule.cls):
         return False
     mine, theirs = cause.first_seen, other.first_seen
     if mine is None or theirs is None or _inferred_first(other.match):

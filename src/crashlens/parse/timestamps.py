@@ -1,6 +1,6 @@
 """Read the timestamp at the start of a log line, in every format training jobs print.
 
-Formats: python logging (``2024-05-01 12:00:00,123``), ISO 8601 / RFC 3339 (kubectl
+Formats: python logging (``2024-05-01 12:00:00,123``; HF Transformers' ``11/30/2026 22:41:09``), ISO 8601 / RFC 3339 (kubectl
 ``--timestamps``, rsyslog, NCCL >= 2.26 ``[2024-05-01 12:00:00]``), glog and c10d
 (``I0501 12:00:00.123456``, ``[E501 12:00:00.123456789 ...]``), syslog / journal
 (``May  1 12:00:00``), ``dmesg -T`` (``[Wed May  1 12:00:00 2024]``),
@@ -27,6 +27,11 @@ MONTHS = {
 _ISO = regex.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?\s?(?P<z>Z|[+-]\d{2}:?\d{2}|UTC)?"
+)
+#: HF Transformers' example scripts: ``datefmt="%m/%d/%Y %H:%M:%S"`` (``11/30/2026 22:41:09 - INFO``).
+_US = regex.compile(
+    r"\[?(?P<mo>\d{2})/(?P<d>\d{2})/(?P<y>\d{4})[ ,](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<f>\d{1,9}))?"
 )
 _GLOG = regex.compile(
     r"\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
@@ -89,12 +94,12 @@ def parse_timestamp(text: str, year: int) -> Stamp | None:
     if first == "[" and len(text) > 1:
         second = text[1]
         if second.isdigit() or second == " ":
-            return _iso(text) or _mono(text) or _epoch(text)
+            return _iso(text) or _us(text) or _mono(text) or _epoch(text)
         if second in "IWEF" and text[2:3].isdigit():
             return _glog(text, year)
         return _ctime(text)
     if first.isdigit():
-        return _iso(text) or _epoch(text)
+        return _iso(text) or _us(text) or _epoch(text)
     if first in "IWEF" and len(text) > 1 and text[1].isdigit():
         return _glog(text, year)
     if first in "ADFJMNOS":
@@ -114,6 +119,16 @@ def _iso(text: str) -> Stamp | None:
     if value is None:
         return None
     return Stamp(value + _frac(m["f"]) - _zone(m["z"]))
+
+
+def _us(text: str) -> Stamp | None:
+    m = _US.match(text)
+    if not m:
+        return None
+    value = _wall(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+    if value is None:
+        return None
+    return Stamp(value + _frac(m["f"]))
 
 
 def _glog(text: str, year: int) -> Stamp | None:
