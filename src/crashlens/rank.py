@@ -162,12 +162,15 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     """Order matches into causes (best first) and find the first failure."""
     first = first_failure(matches, timeline)
     env = facts_mod.environment_of(timeline.facts)
-    causes = [Cause(m, "cause", environment=env) for m in matches if m.rule.kind == "cause"]
+    # A handled exception that was logged and retried is not the crash, and explains nothing.
+    causes = [
+        Cause(m, "cause", environment=env)
+        for m in matches
+        if m.rule.kind == "cause" and not _handled_only(m)
+    ]
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
-    # A handled exception that was logged and retried is not the crash.
-    kept = [c for c in kept if not _handled_only(c.match)]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
     for c in kept:
         c.confidence = _score(c, first)

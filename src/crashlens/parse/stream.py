@@ -94,6 +94,14 @@ def _glued_header(raw: str) -> int:
     return cut if before[:cut].strip() else 0
 
 
+#: Exceptions a launcher raises to report that a child process failed.
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExitedException")
+
+
+def _launcher_report(tb: PartialTraceback) -> bool:
+    return tb.exceptions[-1].type.rsplit(".", 1)[-1] in _LAUNCHER_EXCEPTIONS
+
+
 def _group(tb: PartialTraceback) -> PartialTraceback:
     return tb.twin_of if tb.twin_of is not None else tb
 
@@ -559,10 +567,13 @@ class FileParser:
             self._complete_tracebacks(stream)
             stream.summary.close()
             # Tracebacks printed together (processes sharing a console) end or go on together.
-            last_group = _group(stream.tb_done[-1].tb) if stream.tb_done else None
+            # A launcher's own traceback (ChildFailedError...) after a worker's does not make
+            # the worker's survivable: it is the launcher reporting that very death.
+            workers = [d for d in stream.tb_done if not _launcher_report(d.tb)]
+            last_group = _group(workers[-1].tb) if workers else None
             for done in stream.tb_done:
                 tb, when, inferred = done.tb, done.time, done.inferred
-                last = _group(tb) is last_group
+                last = _group(tb) is last_group or _launcher_report(tb)
                 handled = done.handled(stream.lines)
                 fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
                 ident = next(self.tb_ids)
