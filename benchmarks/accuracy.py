@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not o.top1 or o.rank_ok is False:
                     sys.stdout.write(
                         f"{part}/{o.id}: label {o.cause} rank {o.first_rank} -> "
-                        f"{list(o.predicted)} ({o.rule}) rank {o.predicted_rank} exit {o.exit_code}\n"
+                        f"{list(o.predicted)} ({o.rule}) rank {o.predicted_rank} "
+                        f"exit {o.exit_code}\n"
                     )
     if args.write_baseline:
         BASELINE.write_text(json.dumps(baseline_of(results), indent=2) + "\n", encoding="utf-8")

@@ -78,8 +78,16 @@ def test_truncated_traceback_is_still_reported() -> None:
     )
 
 
-def test_header_without_exception_yields_nothing() -> None:
-    assert assemble('Traceback (most recent call last):\n  File "a.py", line 1, in f').done == []
+def test_header_interrupted_by_a_record_yields_nothing() -> None:
+    text = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n'
+    assert assemble(text + "2024-05-01 03:14:00,000 INFO next record\n").done == []
+
+
+def test_traceback_the_log_ends_in_still_counts() -> None:
+    # A process that died while printing its traceback (or a paste cut inside it).
+    done = assemble('Traceback (most recent call last):\n  File "a.py", line 1, in f').done
+    assert [e.type for e in done[0].exceptions] == ["IncompleteTraceback"]
+    assert done[0].exceptions[0].frames[0].file == "a.py"
 
 
 def test_multiline_message_ends_at_next_record() -> None:

@@ -226,9 +226,15 @@ def attribute_symptoms(causes: list[Cause], symptoms: list[Cause]) -> set[str]:
 
 def _explains(cause: Cause, other: Cause) -> bool:
     rule = cause.match.rule
+    if rule.fallback and other.kind == "cause":
+        # "An exception nobody recognised" never hides a cause a rule did recognise.
+        return False
     # A symptom of class unknown only says that a process failed ("exited with code 1", a
-    # native backtrace): whatever cause is known explains it.
-    generic = other.kind == "symptom" and other.match.rule.cls == "unknown"
+    # native backtrace), and a fallback only that an exception escaped: a cause a specific
+    # rule recognised explains them.
+    generic = (other.kind == "symptom" and other.match.rule.cls == "unknown") or (
+        other.match.rule.fallback and not rule.fallback
+    )
     if not generic and not rule.explains_target(other.rule_id, other.match.rule.cls):
         return False
     mine, theirs = cause.first_seen, other.first_seen
@@ -296,7 +302,10 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     pick = _earliest(h.evidence for h in cause_hits)
     if pick is not None:
         rule_id = next(h.rule_id for h in cause_hits if h.evidence is pick)
-        return _first(pick, "crash", rule_id)
+        first = _first(pick, "crash", rule_id)
+        if first.rank is None:
+            first = _with_rank(first, [h for h in cause_hits if h.rule_id == rule_id])
+        return first
     symptom_tbs = {h.traceback_id for m in matches if m.rule.kind == "symptom" for h in m.hits}
     fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal and tb.id not in symptom_tbs]
     if fatal_tbs:
@@ -310,6 +319,11 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     culprit = hang_culprit(matches, timeline)
     if culprit is not None:
         return culprit
+    named = launcher_named(timeline)
+    if named is not None:
+        # A launcher saw this rank exit with an error: that outranks whoever merely logged a
+        # symptom first (the others were waiting for it, or torn down after it).
+        return named
     symptom_hits = [h for m in matches for h in m.hits if h.fatal is not False]
     pick = _earliest(h.evidence for h in symptom_hits)
     if pick is not None:
@@ -318,6 +332,47 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     roots = [f for f in timeline.failures if f.root_cause]
     pick = _earliest(f.evidence for f in roots)
     return _first(pick, "crash", None) if pick is not None else None
+
+
+def _with_rank(first: FirstFailure, same_rule: list[Hit]) -> FirstFailure:
+    """A rank-less first failure takes the rank of the same finding reported with one.
+
+    slurmstepd's "Detected 1 oom-kill event" names no task; srun's "task 0: Out Of Memory"
+    right after it is the same event, and says who.
+    """
+    for h in sorted(same_rule, key=lambda h: _time_order(h.evidence)):
+        ev = h.evidence
+        if ev.rank is None:
+            continue
+        if (
+            ev.time is None
+            or first.time is None
+            or abs(ev.time - first.time) <= FIRST_FAILURE_SLACK_S
+        ):
+            return dataclasses.replace(first, rank=ev.rank, host=first.host or ev.host)
+    return first
+
+
+#: Exit codes of a worker torn down by its launcher or watchdog, not failing on its own:
+#: SIGTERM (-15) from the agent, SIGABRT (-6) from ProcessGroupNCCL's teardown.
+_TEARDOWN_EXITS = (-15, -6)
+
+
+def launcher_named(timeline: Timeline) -> FirstFailure | None:
+    """The failed rank a launcher's report names (torchrun's summary, error.json), if any.
+
+    Its "Root Cause (first observed failure)" entry wins, else the earliest entry; entries
+    of ranks the launcher itself tore down do not count.
+    """
+    named = [
+        f
+        for f in timeline.failures
+        if f.rank is not None and f.exitcode is not None and f.exitcode not in _TEARDOWN_EXITS
+    ]
+    if not named:
+        return None
+    pick = min(named, key=lambda f: (not f.root_cause, _time_order(f.evidence)))
+    return _first(pick.evidence, "crash", None)
 
 
 def _earliest(evidence: Iterable[Evidence]) -> Evidence | None:

@@ -72,8 +72,15 @@ def _origin(exc: ExceptionInfo) -> str:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _TB_GLUE = "Traceback (most recent call last):"
+_SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
 #: Launcher prefixes that can sit between glued text and a traceback header.
 _GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
+
+
+#: A shell's report of a signal death printed right after a progress bar (no newline between).
+_GLUED_SIGNAL = re.compile(
+    r"(?<=[\]|])(?:Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$"
+)
 
 
 def _glued_header(raw: str) -> int:
@@ -84,6 +91,9 @@ def _glued_header(raw: str) -> int:
     ``Original Traceback``, torchelastic's ``traceback : Traceback``) are not glued text.
     """
     at = raw.find(_TB_GLUE)
+    if at < 0:
+        m = _GLUED_SIGNAL.search(raw)
+        return m.start() if m else 0
     before = raw[:at]
     if at <= 1 or not before.strip():
         return 0
@@ -100,6 +110,16 @@ _LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExited
 
 def _launcher_report(tb: PartialTraceback) -> bool:
     return tb.exceptions[-1].type.rsplit(".", 1)[-1] in _LAUNCHER_EXCEPTIONS
+
+
+def _last_step(ring: deque[tuple[int, str]], before: int) -> int | None:
+    """The step number of the last ``step N`` line before line ``before``, if still in view."""
+    for lineno, text in reversed(ring):
+        if lineno < before:
+            m = _STEP.search(text)
+            if m:
+                return int(m["n"])
+    return None
 
 
 def _group(tb: PartialTraceback) -> PartialTraceback:
@@ -143,10 +163,14 @@ class _DoneTraceback:
     time: float | None
     inferred: bool
     later: list[float] = field(default_factory=list)
+    #: The writer logged a later training step after it (``step 3`` after ``step 2``).
+    progressed: bool = False
+    #: The last step number its writer logged before it, if the recent lines show one.
+    step_before: int | None = None
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it)."""
-        if stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
+        if self.progressed or stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
             return True
         if len(self.later) < HANDLED_AFTER_STAMPS or self.time is None:
             return False
@@ -234,7 +258,7 @@ class FileParser:
         """Process one physical (or ``\\r``-split) line."""
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
-        if _TB_GLUE in raw:
+        if _TB_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
             cut = _glued_header(raw)
             if cut:
                 # ``...2.41s/it]Traceback (most recent call last):``: two lines in one.
@@ -272,10 +296,16 @@ class FileParser:
                 stream.pids.add(origin.pid)
                 if stream.host is None and origin.host:
                     stream.host = origin.host
-        if stream.watch is not None and len(stream.watch.later) < HANDLED_AFTER_STAMPS:
+        watch = stream.watch
+        if watch is not None and len(watch.later) < HANDLED_AFTER_STAMPS:
             later = self._stamp(timed)
             if later is not None:
-                stream.watch.later.append(later)
+                watch.later.append(later)
+            if not watch.progressed and stream.lines - watch.lines_at_end <= HANDLED_AFTER_LINES:
+                step = _STEP.search(text)
+                watch.progressed = step is not None and (
+                    watch.step_before is None or int(step["n"]) > watch.step_before
+                )
         if self.source.kind == "kernel" and self.mono_offset is None:
             self._learn_monotonic(text)
         if "global_rank_mapping=" in text:
@@ -509,6 +539,7 @@ class FileParser:
             start_text = tb.text[0] if tb.text else ""
             when, inferred = tb.stamp or self._time_of(stream, tb.start_line, start_text)
             done = _DoneTraceback(tb, stream.lines, when, inferred)
+            done.step_before = _last_step(stream.ring, tb.start_line)
             stream.tb_done.append(done)
             stream.watch = done
             if when is None:
@@ -559,7 +590,7 @@ class FileParser:
     def close(self) -> FileResult:
         """Finish every stream and freeze what was found."""
         tracebacks: list[Traceback] = []
-        tb_ids: dict[int, tuple[int, bool]] = {}
+        tb_ids: dict[int, tuple[int, bool | None]] = {}
         failures: list[ChildFailure] = []
         ranks: list[RankSummary] = []
         for stream in self.streams.values():
@@ -577,7 +608,8 @@ class FileParser:
                 handled = done.handled(stream.lines)
                 fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
                 ident = next(self.tb_ids)
-                tb_ids[id(tb)] = (ident, fatal)
+                # For its findings: fatal, survived (handled), or not known (others followed).
+                tb_ids[id(tb)] = (ident, True if fatal else (False if handled else None))
                 tracebacks.append(
                     Traceback(
                         id=ident,
@@ -611,11 +643,15 @@ class FileParser:
             sync=self.sync,
         )
 
-    def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool]]) -> Hit:
+    def _freeze(self, hit: _PendingHit, tb_ids: dict[int, tuple[int, bool | None]]) -> Hit:
         stream = hit.stream
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
-        if rank is None and "rank" in hit.fields and hit.fields["rank"].isdigit():
-            rank = int(hit.fields["rank"])
+        if rank is None:
+            # A message naming its rank ("[Rank 3]", Open MPI "process rank 3"), or srun's
+            # "task 3" (srun's task id is the global rank torchrun-less jobs use).
+            named = hit.fields.get("rank") or hit.fields.get("tasks", "")
+            if named.isdigit():
+                rank = int(named)
         host = stream.host or hit.fields.get("host")
         if host is None and self.source.kind == "kernel":
             m = _SYSLOG_HOST.match(hit.text)

@@ -14,6 +14,8 @@ import regex
 from crashlens.model import ExceptionInfo, Frame
 
 TB_HEADER = "Traceback (most recent call last):"
+#: The exception type given to a traceback the log ends in before its exception line.
+CUT_TRACEBACK = "IncompleteTraceback"
 _CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
     "During handling of the above exception, another exception occurred:",
@@ -49,8 +51,15 @@ MAX_NOISE_LINES = 5
 
 
 def is_user_code(path: str) -> bool:
-    """Whether a frame's file is the user's code rather than Python's or a library's."""
-    return not any(marker in path for marker in _LIB_MARKERS)
+    """Whether a frame's file is the user's code rather than Python's or a library's.
+
+    Console scripts of installed packages (``.../bin/torchrun``, ``/usr/local/bin/accelerate``:
+    a ``bin/`` file without ``.py``) are library code too.
+    """
+    if any(marker in path for marker in _LIB_MARKERS):
+        return False
+    head, _, name = path.rpartition("/")
+    return not (head.endswith("/bin") and not name.endswith(".py"))
 
 
 def looks_like_record(text: str) -> bool:
@@ -197,9 +206,20 @@ class TracebackAssembler:
         return self._maybe_start(lineno, text)
 
     def close(self) -> None:
-        """End of the stream: complete whatever is open."""
-        if self.current is not None:
-            self._finish()
+        """End of the stream: complete whatever is open.
+
+        A traceback the log ends in, before its exception line (the process died while
+        printing it, or a paste was cut), still ended that process's output: it is kept with
+        a placeholder exception so it counts as the failure it shows.
+        """
+        tb = self.current
+        if tb is None:
+            return
+        if self.state == "frames" and tb.exc_type is None and tb.frames:
+            tb.exc_type = CUT_TRACEBACK
+            tb.exc_message = ["(the log ends inside this traceback, before its exception line)"]
+            tb.exc_line = tb.start_line
+        self._finish()
 
     # -- starting -----------------------------------------------------------------------
     def _maybe_start(self, lineno: int, text: str) -> bool:
@@ -208,7 +228,7 @@ class TracebackAssembler:
             self._start(lineno, text, "frames")
             return True
         m = _BARE_FRAME.match(text)
-        if m and not stripped.startswith("File \"<"):
+        if m and not stripped.startswith('File "<'):
             # The header was lost (a pasted excerpt): the frames still say it is a traceback.
             self._start(lineno, text, "frames")
             assert self.current is not None
