@@ -1,7 +1,8 @@
 """Read the timestamp at the start of a log line, in every format training jobs print.
 
-Formats: python logging (``2024-05-01 12:00:00,123``; HF Transformers' ``11/30/2026 22:41:09``), ISO 8601 / RFC 3339 (kubectl
-``--timestamps``, rsyslog, NCCL >= 2.26 ``[2024-05-01 12:00:00]``), glog and c10d
+Formats: python logging (``2024-05-01 12:00:00,123``; HF Transformers'
+``11/30/2026 22:41:09``), ISO 8601 / RFC 3339 (kubectl ``--timestamps``, rsyslog,
+NCCL >= 2.26 ``[2024-05-01 12:00:00]``), glog and c10d
 (``I0501 12:00:00.123456``, ``[E501 12:00:00.123456789 ...]``), syslog / journal
 (``May  1 12:00:00``), ``dmesg -T`` (``[Wed May  1 12:00:00 2024]``),
 ``dmesg -x --time-format iso``, dmesg monotonic seconds (``[12345.678901]``) and epoch seconds.
@@ -28,7 +29,7 @@ _ISO = regex.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?\s?(?P<z>Z|[+-]\d{2}:?\d{2}|UTC)?"
 )
-#: HF Transformers' example scripts: ``datefmt="%m/%d/%Y %H:%M:%S"`` (``11/30/2026 22:41:09 - INFO``).
+#: HF Transformers' examples, ``datefmt="%m/%d/%Y %H:%M:%S"``: ``11/30/2026 22:41:09 - INFO``.
 _US = regex.compile(
     r"\[?(?P<mo>\d{2})/(?P<d>\d{2})/(?P<y>\d{4})[ ,](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?"
