@@ -62,6 +62,11 @@ def is_user_code(path: str) -> bool:
     return not (head.endswith("/bin") and not name.endswith(".py"))
 
 
+def looks_like_progress(text: str) -> bool:
+    """Whether ``text`` is a tqdm bar (``train:  60%|██████    | 6/10 [00:00<00:00, 9it/s]``)."""
+    return "%|" in text and text.rstrip().endswith("]")
+
+
 def looks_like_record(text: str) -> bool:
     """Whether ``text`` starts a new log record (it carries a timestamp), ending any message."""
     return _RECORD_START.match(text) is not None
@@ -321,11 +326,22 @@ class TracebackAssembler:
             tb.exc_message.append(text)
             self.state = "embedded"
             return True
-        if text.startswith(TB_HEADER) or looks_like_record(text):
+        if text.startswith(TB_HEADER) or looks_like_record(text) or looks_like_progress(text):
             return False
-        if tb.twins and _exception_like(text) and not text[0].isspace():
-            tb.twin(lineno, text)
-            return True
+        if tb.twins:
+            # The other process's frames and final line, still to come after this one's.
+            m = _FRAME.match(text)
+            if m:
+                path = m["file"]
+                tb.add_frame(
+                    Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_code(path))
+                )
+                return True
+            if text[0].isspace():
+                return True
+            if _exception_like(text):
+                tb.twin(lineno, text)
+                return True
         limit = BARE_MESSAGE_LINES if tb.headerless and not tb.frames else MAX_MESSAGE_LINES
         if len(tb.exc_message) >= limit:
             return False

@@ -1,0 +1,110 @@
+"""Re-capture the real program runs under tests/captures/ (python tests/captures/make.py).
+
+Each capture runs a small real program (CPython, tqdm, rich, multiprocessing) and stores its
+console output exactly as written, for the tests of how text looks in users' logs
+(tests/test_real_logs.py). Paths of this machine are replaced with /home/user/proj and
+/opt/venv afterwards, nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+PROGRAMS = {
+    # A manual tqdm bar still open when the exception escapes: the traceback is printed right
+    # after the bar's last "\r" update, on the same line.
+    "tqdm_glued": """
+import time
+from tqdm import tqdm
+bar = tqdm(total=10, desc="train")
+for step in range(10):
+    time.sleep(0.01)
+    if step == 6:
+        raise RuntimeError(f"loss is nan at step {step}")
+    bar.update(1)
+""",
+    # rich's traceback handler on a forced terminal: box drawing and ANSI colour codes.
+    "rich_ansi": """
+from rich.console import Console
+from rich.traceback import install
+install(console=Console(stderr=True, force_terminal=True, width=100))
+def load(path):
+    return open(path).read()
+load("/nonexistent/data/train.jsonl")
+""",
+    # Mutual recursion at CPython's default limit: ~1,000 alternating frames, not collapsed.
+    "recursion": """
+def even(n):
+    return True if n == 0 else odd(n - 1)
+def odd(n):
+    return False if n == 0 else even(n - 1)
+print("checking parity", flush=True)
+even(10**6)
+""",
+    # Two processes of one job raise at the same moment and share one console (no prefixes,
+    # as torchrun's default output): their traceback lines interleave.
+    "interleaved": """
+import multiprocessing as mp
+import sys
+import traceback
+def worker(rank, barrier):
+    try:
+        barrier.wait()
+        raise ValueError(f"rank {rank}: label index 11 out of range for 10 classes")
+    except ValueError:
+        for line in traceback.format_exc().splitlines(keepends=True):
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        sys.exit(1)
+if __name__ == "__main__":
+    barrier = mp.Barrier(2)
+    procs = [mp.Process(target=worker, args=(r, barrier)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+""",
+}
+
+
+def capture(name: str, source: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / f"{name}.py"
+        script.write_text(source.lstrip(), encoding="utf-8")
+        run = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            cwd=tmp,
+            env={**os.environ, "COLUMNS": "100"},
+            check=False,
+        )
+        # Bytes as written: tqdm's ``\r`` updates must not become newlines.
+        out = (run.stdout + run.stderr).decode("utf-8")
+        out = out.replace(tmp, "/home/user/proj").replace(sys.prefix, "/opt/venv")
+        return out.replace(sys.base_prefix, "/usr")
+
+
+def interleaved_enough(text: str) -> bool:
+    pairs = itertools.pairwise(text.splitlines())
+    return any(a.startswith("Traceback") and b.startswith("Traceback") for a, b in pairs)
+
+
+def main() -> None:
+    for name, source in PROGRAMS.items():
+        for _ in range(50):  # the interleaving depends on scheduling: keep a run that shows it
+            text = capture(name, source)
+            if name != "interleaved" or interleaved_enough(text):
+                break
+        (HERE / f"{name}.log").write_text(text, encoding="utf-8")
+        print(name, len(text.splitlines()), "lines")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The real-world corpus: its split, its labels' provenance, and the accuracy ratchet.
+
+``benchmarks/accuracy.py`` does the scoring; this module runs it once and fails when a part's
+figures fall below ``corpus/baseline.json`` (raise it with ``--write-baseline`` after an
+improvement), or when any crashed job would exit 0 or any healthy one exit 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from crashlens import analyze
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "corpus"
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err"}
+
+
+def _accuracy() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy"] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+accuracy = _accuracy()
+CASES = accuracy.load_cases(CORPUS)
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, Any]:
+    return accuracy.run(CORPUS)
+
+
+def test_the_corpus_has_the_promised_shape() -> None:
+    assert len(CASES) >= 120
+    assert sum(c.multi_rank for c in CASES) >= 40
+    assert sum(c.cause == "none" for c in CASES) >= 12
+    assert {c.cause for c in CASES} >= set(accuracy.CAUSE_CLASSES)
+
+
+def test_each_case_lies_in_the_part_its_id_assigns() -> None:
+    # The split is fixed by the case id (a hash), not chosen after seeing results.
+    for case in CASES:
+        assert case.part == accuracy.part_of(case.id), case.id
+    parts = {p: sum(c.part == p for c in CASES) for p in accuracy.PARTS}
+    assert parts["validation"] >= len(CASES) // 4
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.part}/{c.id}")
+def test_each_case_names_its_source_and_evidence(case: Any) -> None:
+    data = yaml.safe_load((case.path / "case.yaml").read_text(encoding="utf-8"))
+    assert case.source.startswith("https://github.com/"), case.source
+    owner_repo = case.source.split("/")[3:5]
+    number = case.source.rstrip("/").rsplit("/", 1)[-1]
+    assert case.id == f"{owner_repo[0]}-{owner_repo[1]}-{number}".lower()
+    assert len(str(data.get("evidence", "")).split()) >= 8, "evidence must say who established it"
+    logs = [p for p in case.path.iterdir() if p.suffix in LOG_SUFFIXES]
+    assert logs and all(p.stat().st_size > 0 for p in logs)
+
+
+def test_the_corpus_is_not_below_the_ratchet(results: dict[str, Any]) -> None:
+    baseline = json.loads((CORPUS / "baseline.json").read_text(encoding="utf-8"))
+    assert set(baseline) >= set(accuracy.PARTS)
+    assert accuracy.regressions(results, baseline) == []
+
+
+def test_no_crashed_job_exits_0_and_no_healthy_job_exits_1(results: dict[str, Any]) -> None:
+    summary = results["all"]["summary"]
+    silent = [o.id for p in accuracy.PARTS for o in results[p]["outcomes"] if o.silent]
+    alarms = [o.id for p in accuracy.PARTS for o in results[p]["outcomes"] if o.false_alarm]
+    assert (silent, alarms) == ([], [])
+    assert summary["silent_crashes"] == summary["false_alarms"] == 0
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.cause != "none"], ids=lambda c: f"{c.part}/{c.id}"
+)
+def test_a_crashed_job_never_reads_no_failure_found(case: Any) -> None:
+    report = analyze([case.path])
+    text = report.render("text", color=False, width=100)
+    assert report.failed
+    assert "No failure found" not in text
+    assert report.primary is not None and report.primary.evidence
