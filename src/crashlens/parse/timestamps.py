@@ -113,23 +113,22 @@ def parse_timestamp(text: str, year: int) -> Stamp | None:
 
 
 def _iso(text: str) -> Stamp | None:
-    m = _ISO.match(text)
-    if not m:
-        return None
-    value = _wall(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
-    if value is None:
-        return None
-    return Stamp(value + _frac(m["f"]) - _zone(m["z"]))
+    return _dated(_ISO.match(text))
 
 
 def _us(text: str) -> Stamp | None:
-    m = _US.match(text)
+    return _dated(_US.match(text))
+
+
+def _dated(m: regex.Match[str] | None) -> Stamp | None:
+    """A full date and time (``y mo d h mi s`` groups, optional ``f`` and zone ``z``)."""
     if not m:
         return None
     value = _wall(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
     if value is None:
         return None
-    return Stamp(value + _frac(m["f"]))
+    zone = m.groupdict().get("z")
+    return Stamp(value + _frac(m["f"]) - _zone(zone))
 
 
 def _glog(text: str, year: int) -> Stamp | None:
