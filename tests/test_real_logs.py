@@ -235,3 +235,12 @@ def test_the_straggler_can_be_rank_0(tmp_path: Path) -> None:
     report = _report(log)
     assert report.first_failure is not None
     assert (report.first_failure.kind, report.first_failure.rank) == ("hang", 0)
+
+
+def test_the_rank_the_others_wait_for_is_the_culprit() -> None:
+    # Ranks 3 and 5 waited in the store for the NCCL id only rank 0 publishes (lines as posted
+    # in public reports): rank 0 is named, though it printed nothing.
+    report = _report(RULES / "distributed" / "nccl-unique-id-wait" / "positive.log")
+    assert report.first_failure is not None
+    assert (report.first_failure.kind, report.first_failure.rank) == ("hang", 0)
+    assert "waited for rank 0" in report.first_failure.text

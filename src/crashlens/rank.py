@@ -399,18 +399,47 @@ def _last_completed(matches: list[Match]) -> dict[int, int]:
     return out
 
 
+def _awaited(timeouts: list[Hit], waiting: set[int | None]) -> FirstFailure | None:
+    """The rank the waiting ranks name as the one they wait for (``waits_on``), if one does.
+
+    "[3] ... retrieving ncclUniqueId from [0] ... got error": only rank 0 can publish that
+    key, so rank 0 is the culprit whoever timed out first.
+    """
+    named = [h for h in timeouts if h.fields.get("waits_on", "").isdigit()]
+    for h in sorted(named, key=lambda h: _time_order(h.evidence)):
+        culprit = int(h.fields["waits_on"])
+        if culprit not in waiting:
+            ev = h.evidence
+            return FirstFailure(
+                rank=culprit,
+                host=None,
+                time=ev.time,
+                file=ev.file,
+                line=ev.line,
+                text=f"rank {ev.rank} waited for rank {culprit}: {ev.text}",
+                kind="hang",
+                rule_id=h.rule_id,
+                time_inferred=ev.time_inferred,
+            )
+    return None
+
+
 def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | None:
     """For a hang (timeouts, no crash), the rank that stopped first instead of waiting.
 
     Ranks that report a collective timeout were waiting for someone; a known rank that did
     not time out is that someone. Among candidates, the one whose log went silent first wins.
     """
-    waiting = {
-        h.evidence.rank
+    timeouts = [
+        h
         for m in matches
         if m.rule.kind == "symptom" and m.rule.cls == "nccl_timeout"
         for h in m.hits
-    }
+    ]
+    waiting = {h.evidence.rank for h in timeouts}
+    awaited = _awaited(timeouts, waiting)
+    if awaited is not None:
+        return awaited
     known = [r for r in timeline.ranks if r.rank is not None]
     if not waiting or not known:
         return None
