@@ -15,7 +15,7 @@ import pytest
 from crashlens import analyze
 from crashlens.model import Source
 from crashlens.parse import LineMatcher, parse_lines
-from crashlens.parse.stream import _glued_header
+from crashlens.parse.text import glue_point
 from crashlens.parse.traceback import MAX_FRAMES, MAX_TEXT_LINES
 from crashlens.report import Report
 from crashlens.rulebase import load_rules
@@ -107,7 +107,7 @@ def test_a_traceback_glued_to_a_tqdm_bar_is_assembled() -> None:
     ],
 )  # fmt: skip
 def test_a_glued_header_is_split_where_its_line_begins(line: str, rest: str | None) -> None:
-    cut = _glued_header(line)
+    cut = glue_point(line)
     assert (line[cut:] if cut else None) == rest
 
 

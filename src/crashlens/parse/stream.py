@@ -30,6 +30,7 @@ from crashlens.model import (
     Traceback,
 )
 from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.text import split_glued, strip_ansi
 from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry, SummaryReader
 from crashlens.parse.traceback import PartialTraceback, TracebackAssembler, is_user_code
@@ -68,40 +69,6 @@ def _origin(exc: ExceptionInfo) -> str:
     if not exc.frames:
         return "none"
     return "user" if exc.frames[-1].user_code else "library"
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_TB_GLUE = "Traceback (most recent call last):"
-_SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
-#: Launcher prefixes that can sit between glued text and a traceback header.
-_GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
-
-
-#: A shell's report of a signal death printed right after a progress bar (no newline between).
-_GLUED_SIGNAL = re.compile(
-    r"(?<=[\]|])(?:Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$"
-)
-
-
-def _glued_header(raw: str) -> int:
-    """Where a traceback header glued to earlier text (a tqdm bar, no newline) begins; 0: none.
-
-    The header keeps the launcher prefix right before it (``...it/s][rank2]: Traceback``), so
-    the traceback lands in its rank's stream. Headers quoted inside a message (DataLoader's
-    ``Original Traceback``, torchelastic's ``traceback : Traceback``) are not glued text.
-    """
-    at = raw.find(_TB_GLUE)
-    if at < 0:
-        m = _GLUED_SIGNAL.search(raw)
-        return m.start() if m else 0
-    before = raw[:at]
-    if at <= 1 or not before.strip():
-        return 0
-    if before.rstrip().endswith(("Original", "traceback :", "traceback:")):
-        return 0
-    m = _GLUED_PREFIX.search(before)
-    cut = m.start() if m else at
-    return cut if before[:cut].strip() else 0
 
 
 #: Exceptions a launcher raises to report that a child process failed.
@@ -256,16 +223,8 @@ class FileParser:
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
         """Process one physical (or ``\\r``-split) line."""
-        if "\x1b" in raw:
-            raw = _ANSI.sub("", raw)
-        if _TB_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
-            cut = _glued_header(raw)
-            if cut:
-                # ``...2.41s/it]Traceback (most recent call last):``: two lines in one.
-                self._feed(lineno, raw[:cut])
-                self._feed(lineno, raw[cut:])
-                return
-        self._feed(lineno, raw)
+        for part in split_glued(strip_ansi(raw)):
+            self._feed(lineno, part)
 
     def _feed(self, lineno: int, raw: str) -> None:
         # Counts are of physical lines: tqdm's ``\r``-separated states share one line number.

@@ -148,6 +148,12 @@ class PartialTraceback:
         self.twins -= 1
 
 
+def _frame(m: regex.Match[str]) -> Frame:
+    """A frame from a ``File "...", line N, in f`` match."""
+    path = m["file"]
+    return Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_code(path))
+
+
 def _exception_like(text: str) -> bool:
     """Whether an unindented line can be the ``ExcType: message`` line ending a traceback."""
     m = _EXC_LINE.fullmatch(text)
@@ -232,8 +238,7 @@ class TracebackAssembler:
         if stripped.startswith(TB_HEADER) and len(text) - len(stripped) <= 1:
             self._start(lineno, text, "frames")
             return True
-        m = _BARE_FRAME.match(text)
-        if m and not stripped.startswith('File "<'):
+        if _BARE_FRAME.match(text):
             # The header was lost (a pasted excerpt): the frames still say it is a traceback.
             self._start(lineno, text, "frames")
             assert self.current is not None
@@ -294,9 +299,7 @@ class TracebackAssembler:
         assert tb is not None
         m = _FRAME.match(text)
         if m:
-            path = m["file"]
-            func = (m["func"] or "").strip()
-            tb.add_frame(Frame(path, int(m["line"]), func, is_user_code(path)))
+            tb.add_frame(_frame(m))
             tb.noise = 0
             return True
         if not text.strip() or text[0].isspace():
@@ -332,10 +335,7 @@ class TracebackAssembler:
             # The other process's frames and final line, still to come after this one's.
             m = _FRAME.match(text)
             if m:
-                path = m["file"]
-                tb.add_frame(
-                    Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_code(path))
-                )
+                tb.add_frame(_frame(m))
                 return True
             if text[0].isspace():
                 return True

@@ -1,0 +1,57 @@
+"""Text as users' logs hold it: colour codes, and two lines glued into one.
+
+A progress bar redraws itself with ``\\r`` and no newline, so whatever is printed next (a
+traceback, the shell's ``Killed``) lands on the bar's line; terminals and rich handlers put ANSI
+colour codes around words. Both are undone here, before a line is parsed.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_TB_GLUE = "Traceback (most recent call last):"
+_SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
+#: Launcher prefixes that can sit between glued text and a traceback header.
+_GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
+
+
+#: A shell's report of a signal death printed right after a progress bar (no newline between).
+_GLUED_SIGNAL = re.compile(
+    r"(?<=[\]|])(?:Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$"
+)
+
+
+def glue_point(raw: str) -> int:
+    """Where a traceback header glued to earlier text (a tqdm bar, no newline) begins; 0: none.
+
+    The header keeps the launcher prefix right before it (``...it/s][rank2]: Traceback``), so
+    the traceback lands in its rank's stream. Headers quoted inside a message (DataLoader's
+    ``Original Traceback``, torchelastic's ``traceback : Traceback``) are not glued text.
+    """
+    at = raw.find(_TB_GLUE)
+    if at < 0:
+        m = _GLUED_SIGNAL.search(raw)
+        return m.start() if m else 0
+    before = raw[:at]
+    if at <= 1 or not before.strip():
+        return 0
+    if before.rstrip().endswith(("Original", "traceback :", "traceback:")):
+        return 0
+    m = _GLUED_PREFIX.search(before)
+    cut = m.start() if m else at
+    return cut if before[:cut].strip() else 0
+
+
+def strip_ansi(raw: str) -> str:
+    """``raw`` without ANSI colour and OSC sequences (terminal markup, not log text)."""
+    return _ANSI.sub("", raw) if "\x1b" in raw else raw
+
+
+def split_glued(raw: str) -> tuple[str, ...]:
+    """``raw`` as the lines it really is: ``...2.41s/it]Traceback (most ...`` is two."""
+    if _TB_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
+        cut = glue_point(raw)
+        if cut:
+            return raw[:cut], raw[cut:]
+    return (raw,)
