@@ -186,6 +186,12 @@ def test_hf_transformers_timestamps_are_read() -> None:
         ("tune/h2oai-h2o-llmstudio-214", "disk_full", "disk-full"),
         # an extension built against another torch: "undefined symbol"
         ("tune/nvidia-apex-428", "version_mismatch", "extension-undefined-symbol"),
+        # "Last error: socketStartConnect: Connect to ... failed : No route to host"
+        (
+            "tune/hkproj-pytorch-transformer-distributed-1",
+            "env_misconfig",
+            "nccl-socket-unreachable",
+        ),
         # two processes on one GPU: "Duplicate GPU detected" in NCCL's Last error
         ("tune/nvidia-megatron-lm-661", "env_misconfig", "nccl-duplicate-gpu"),
         # DDP's own diagnostic about unused parameters
