@@ -74,3 +74,58 @@ def test_rules_test_runs_fact_only_rules() -> None:
     shown = runner.invoke(app, ["rules", "show", "nccl-version-differs"])
     assert shown.exit_code == 0 and "test: differs" in shown.stdout
     assert "nccl-version-differs" in runner.invoke(app, ["rules", "list"]).stdout
+
+
+GOOD_RULE = """\
+id: myfw-fatal
+title: MYFW fatal
+class: user_code_error
+severity: high
+detectors:
+  fatal: 'MYFW-FATAL code=(?P<code>\\d+)'
+remediation: fix code {code}
+"""
+
+
+def _user_rules(tmp_path: Path) -> Path:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "myfw-fatal.yaml").write_text(GOOD_RULE)
+    # A second detector with the first one's name would silently replace it.
+    (rules / "dup-key.yaml").write_text(
+        GOOD_RULE.replace("myfw-fatal", "dup-key") + "detectors: {}\n"
+    )
+    (rules / "bad-regex.yaml").write_text(
+        GOOD_RULE.replace("myfw-fatal", "bad-regex").replace("(?P<code>", "(?P<code")
+    )
+    return rules
+
+
+def test_a_duplicate_key_is_an_error_with_its_line(tmp_path: Path) -> None:
+    rules = _user_rules(tmp_path)
+    result = runner.invoke(app, ["rules", "lint", "--rules", str(rules)])
+    assert result.exit_code == 2
+    assert f"{rules / 'dup-key.yaml'}:8: invalid YAML: duplicate key 'detectors'" in result.stderr
+
+
+def test_invalid_user_rules_are_left_out_with_a_note(tmp_path: Path) -> None:
+    rules = _user_rules(tmp_path)
+    log = tmp_path / "train.log"
+    log.write_text("2024-05-01 03:14:00,000 ERROR MYFW-FATAL code=42\n")
+    result = runner.invoke(app, ["analyze", str(log), "--rules", str(rules), "-f", "json"])
+    assert result.exit_code == 1  # the valid user rule still found the failure
+    assert '"rule": "myfw-fatal"' in result.stdout
+    notes = [line for line in result.stderr.splitlines() if "rule file left out" in line]
+    assert len(notes) == 2
+    assert any("bad-regex.yaml:" in n for n in notes) and any("dup-key.yaml:8:" in n for n in notes)
+
+
+def test_strict_rules_refuses_every_invalid_file_at_once(tmp_path: Path) -> None:
+    rules = _user_rules(tmp_path)
+    log = tmp_path / "train.log"
+    log.write_text("MYFW-FATAL code=42\n")
+    result = runner.invoke(app, ["analyze", str(log), "--rules", str(rules), "--strict-rules"])
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("crashlens: error:")]
+    assert len(errors) == 2
+    assert "bad-regex.yaml" in errors[0] and "dup-key.yaml" in errors[1]

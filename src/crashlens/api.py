@@ -42,6 +42,7 @@ def analyze(
     progress: Progress | None = None,
     fast: bool = True,
     disable: Sequence[str] = (),
+    strict_rules: bool = False,
 ) -> Report:
     """Diagnose the crashed job whose logs are under ``paths``.
 
@@ -51,6 +52,7 @@ def analyze(
         skew: seconds each host's clock runs ahead of the reference clock (``{"node-02": 2.5}``).
         progress: called with each file's display path and size once it has been read.
         disable: rule ids to leave out (``disable:`` in ``crashlens.yaml``).
+        strict_rules: an invalid rule file in ``rules`` is an error instead of a note.
         fast: use the multi-literal fast path where a file allows it; ``False`` feeds every
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
 
@@ -63,14 +65,17 @@ def analyze(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    ruleset = rules if isinstance(rules, RuleSet) else load_rules([Path(p) for p in rules or []])
+    if isinstance(rules, RuleSet):
+        ruleset = rules
+    else:
+        ruleset = load_rules([Path(p) for p in rules or []], strict=strict_rules)
     if disable:
         ruleset = Config(disable=tuple(disable)).apply(ruleset)
     matcher = LineMatcher(ruleset)
     scanner = scanner_for(matcher) if fast else None
     inputs: list[InputFile] = []
     results: list[FileResult] = []
-    notes: list[str] = []
+    notes = [f"rule file left out: {problem}" for problem in ruleset.skipped]
     candidates = list(discover(paths))
     for result, record in _read_all(candidates, ruleset, matcher, scanner, progress):
         inputs.append(record)

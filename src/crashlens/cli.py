@@ -83,7 +83,8 @@ def parse_skew(values: list[str]) -> dict[str, float]:
 
 
 def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
-    typer.echo(f"crashlens: error: {message}", err=True)
+    for line in message.splitlines() or [""]:
+        typer.echo(f"crashlens: error: {line}", err=True)
     raise typer.Exit(int(code))
 
 
@@ -132,6 +133,12 @@ def analyze(
     repro_out: Annotated[
         Path | None, typer.Option("--repro-out", help="Output directory of the --repro run.")
     ] = None,
+    strict_rules: Annotated[
+        bool,
+        typer.Option(
+            "--strict-rules", help="Exit 2 on an invalid rule file instead of leaving it out."
+        ),
+    ] = False,
 ) -> None:
     """Analyse the logs of a crashed job and print a ranked diagnosis.
 
@@ -159,6 +166,7 @@ def analyze(
                 skew={**config.skew, **parse_skew(skew or [])},
                 disable=config.disable,
                 progress=advance,
+                strict_rules=strict_rules,
             )
     except CrashlensError as exc:
         _fail(str(exc))
@@ -249,12 +257,15 @@ RulesOption = Annotated[
 ]
 
 
-def _load(rules: list[Path] | None) -> RuleSet:
+def _load(rules: list[Path] | None, *, strict: bool = False) -> RuleSet:
     try:
         config = load_config()
-        return config.apply(load_rules([*config.rules, *(rules or [])]))
+        ruleset = config.apply(load_rules([*config.rules, *(rules or [])], strict=strict))
     except CrashlensError as exc:
         _fail(str(exc))
+    for problem in ruleset.skipped:
+        typer.echo(f"crashlens: rule file left out: {problem}", err=True)
+    return ruleset
 
 
 @rules_app.command("list")
@@ -277,8 +288,8 @@ def rules_show(rule_id: str, rules: RulesOption = None) -> None:
 
 @rules_app.command("lint")
 def rules_lint(rules: RulesOption = None) -> None:
-    """Check rules for problems loading does not catch; exit 1 if any."""
-    issues = lint(_load(rules))
+    """Check rules; exit 2 if a file is invalid, 1 for problems loading does not catch."""
+    issues = lint(_load(rules, strict=True))
     for issue in issues:
         typer.echo(str(issue))
     typer.echo(f"{len(issues)} issue(s)", err=True)

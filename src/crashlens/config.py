@@ -14,6 +14,8 @@ line naming the file and line.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ class Config:
             return rules
         off = set(self.disable)
         kept = tuple(r for r in rules.rules if r.id not in off)
-        return RuleSet(kept, versions=rules.versions, duplicates=rules.duplicates)
+        return dataclasses.replace(rules, rules=kept)
 
 
 def config_paths(cwd: Path | None = None) -> list[Path]:

@@ -11,6 +11,8 @@ class ExitCode(IntEnum):
     OK = 0  #: analysed, no failure found
     FAILURE_FOUND = 1  #: analysed, at least one root cause (or failure) found
     USAGE = 2  #: usage or input error: bad options, invalid rules, nothing readable
+    CANNOT_RUN = 3  #: the machine cannot run what was asked (a GPU repro without a GPU)
+    INTERRUPTED = 130  #: stopped by Ctrl-C (128 + SIGINT)
 
 
 class CrashlensError(Exception):
@@ -31,6 +33,14 @@ class CrashlensError(Exception):
 
 class RuleError(CrashlensError):
     """A rule file that cannot be loaded; names the file and the line."""
+
+
+class RuleErrors(RuleError):
+    """Several rule files that cannot be loaded: every one of them, one per line."""
+
+    def __init__(self, errors: list[RuleError]):
+        super().__init__("\n".join(str(e) for e in errors))
+        self.errors = errors
 
 
 class NoInputError(CrashlensError):

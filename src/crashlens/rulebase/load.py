@@ -11,7 +11,7 @@ from typing import Any
 import regex
 import yaml
 
-from crashlens.errors import RuleError
+from crashlens.errors import RuleError, RuleErrors
 from crashlens.model import CAUSE_CLASSES
 from crashlens.rulebase.conditions import parse_spec
 from crashlens.rulebase.literals import required_literals
@@ -50,6 +50,16 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
+    # A key given twice would silently replace the first (a second detector of the same name
+    # hiding the first one): refuse it, with the line of the second.
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
     mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))  # type: ignore[arg-type]
     mapping["__line__"] = node.start_mark.line + 1
     return mapping
@@ -80,27 +90,49 @@ def rule_files(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-def load_rules(dirs: list[Path] | None = None, *, include_default: bool = True) -> RuleSet:
+def load_rules(
+    dirs: list[Path] | None = None, *, include_default: bool = True, strict: bool = False
+) -> RuleSet:
     """Load the bundled rules plus every rule under ``dirs``.
 
     A later rule with the same id replaces an earlier one, so users can override a bundled rule.
+    Every file is tried. An invalid user rule (under ``dirs``) is left out and named in
+    ``RuleSet.skipped``, so a teammate's typo does not stop an analysis; with ``strict`` (and
+    always for the bundled rules, whose errors are bugs) every problem is raised at once.
 
     Raises:
-        RuleError: for the first rule that cannot be loaded, naming its file and line.
+        RuleError: a rule directory that does not exist, or (``RuleErrors``) the invalid files.
     """
-    sources = ([default_rules_dir()] if include_default else []) + list(dirs or [])
+    bundled = [default_rules_dir()] if include_default else []
     rules: dict[str, Rule] = {}
     duplicates: list[tuple[Rule, Rule]] = []
-    for directory in sources:
+    fatal: list[RuleError] = []
+    skipped: list[str] = []
+    for directory in [*bundled, *(dirs or [])]:
         here: dict[str, Rule] = {}
+        user = not any(directory is b for b in bundled)
         for path in rule_files(Path(directory)):
-            rule = load_rule_file(path)
+            try:
+                rule = load_rule_file(path)
+            except RuleError as exc:
+                if user and not strict:
+                    skipped.append(str(exc))
+                else:
+                    fatal.append(exc)
+                continue
             if rule.id in here:
                 duplicates.append((here[rule.id], rule))
             here[rule.id] = rule
             rules[rule.id] = rule
+    if fatal:
+        raise fatal[0] if len(fatal) == 1 else RuleErrors(fatal)
     versions = load_version_matrix(list(dirs or []), include_default=include_default)
-    return RuleSet(tuple(rules.values()), versions=versions, duplicates=tuple(duplicates))
+    return RuleSet(
+        tuple(rules.values()),
+        versions=versions,
+        duplicates=tuple(duplicates),
+        skipped=tuple(skipped),
+    )
 
 
 def load_version_matrix(

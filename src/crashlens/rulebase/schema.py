@@ -143,6 +143,8 @@ class RuleSet:
     versions: dict[str, VersionEntry] = field(default_factory=dict)
     #: ``(replaced, replacement)`` for rules whose id was defined twice in one directory.
     duplicates: tuple[tuple[Rule, Rule], ...] = ()
+    #: User rule files that could not be loaded and were left out ("file:line: problem").
+    skipped: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.by_id = {rule.id: rule for rule in self.rules}
