@@ -14,11 +14,9 @@ line naming the file and line.
 
 from __future__ import annotations
 
-import dataclasses
-
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,7 @@ class Config:
             return rules
         off = set(self.disable)
         kept = tuple(r for r in rules.rules if r.id not in off)
-        return dataclasses.replace(rules, rules=kept)
+        return replace(rules, rules=kept)
 
 
 def config_paths(cwd: Path | None = None) -> list[Path]:
