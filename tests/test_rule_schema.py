@@ -1,0 +1,65 @@
+"""rules/schema.json is the rule format's contract: bundled rules follow it, and the loader
+refuses what it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from crashlens.errors import RuleError
+from crashlens.rulebase.load import build_rule, default_rules_dir, rule_files
+
+SCHEMA = json.loads((default_rules_dir() / "schema.json").read_text(encoding="utf-8"))
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+VALID: dict[str, Any] = {
+    "id": "my-rule",
+    "title": "My rule",
+    "class": "user_code_error",
+    "severity": "high",
+    "detectors": {"a": "MYFW-FATAL code=(?P<code>\\d+)"},
+    "remediation": "fix it",
+}
+
+
+def test_the_schema_is_a_valid_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("path", rule_files(default_rules_dir()), ids=lambda p: p.stem)
+def test_every_bundled_rule_validates(path: Path) -> None:
+    errors = [e.message for e in VALIDATOR.iter_errors(yaml.safe_load(path.read_text()))]
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"class": "gpu_on_fire"},
+        {"severity": "urgent"},
+        {"kind": "maybe"},
+        {"id": "My_Rule"},
+        {"colour": "red"},
+        {"detectors": {"a": {"regex": "x", "scope": "paragraph"}}},
+        {"detectors": {"a": {"regex": "x", "origin": ["somewhere"]}}},
+        {"detectors": {"a": {"pattern": "x"}}},
+        {"condition": {"within": 5}},
+        {"facts": {"test": "known-problem", "keys": ["torch"]}},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_the_loader_and_the_schema_refuse_the_same(change: dict[str, Any]) -> None:
+    data = {**VALID, **change}
+    assert list(VALIDATOR.iter_errors(data)), "the schema accepts it"
+    with pytest.raises(RuleError):
+        build_rule(dict(data), "my-rule.yaml")
+
+
+def test_a_minimal_rule_is_valid_for_both() -> None:
+    assert list(VALIDATOR.iter_errors(VALID)) == []
+    assert build_rule(dict(VALID), "my-rule.yaml").id == "my-rule"
