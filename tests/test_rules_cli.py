@@ -129,3 +129,14 @@ def test_strict_rules_refuses_every_invalid_file_at_once(tmp_path: Path) -> None
     errors = [line for line in result.stderr.splitlines() if line.startswith("crashlens: error:")]
     assert len(errors) == 2
     assert "bad-regex.yaml" in errors[0] and "dup-key.yaml" in errors[1]
+
+
+def test_repro_of_a_rule_naming_an_unknown_repro_is_a_usage_error(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "myfw-fatal.yaml").write_text(GOOD_RULE + "repro: no-such-repro\n")
+    log = tmp_path / "train.log"
+    log.write_text("MYFW-FATAL code=42\n")
+    result = runner.invoke(app, ["analyze", str(log), "--rules", str(rules), "--repro", "-q"])
+    assert result.exit_code == 2
+    assert "no-such-repro" in result.stderr and "Traceback" not in result.output

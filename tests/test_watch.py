@@ -260,3 +260,20 @@ def test_fast_path_on_appended_megabytes(tmp_path: Path) -> None:
         other = slow_tails[Path(name).name]
         assert tail.parser is not None and other.parser is not None
         assert (tail.lines, tail.parser.lines) == (other.lines, other.parser.lines), name
+
+
+def test_a_rule_with_when_alerts_live_on_the_facts_read_so_far(tmp_path: Path) -> None:
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "myfw-on-new-torch.yaml").write_text(
+        "id: myfw-on-new-torch\ntitle: MYFW fatal on torch 2\nclass: version_mismatch\n"
+        "severity: high\ndetectors:\n  fatal: 'MYFW-FATAL code=(?P<code>\\d+)'\n"
+        "when: {torch: '>=2.0'}\nremediation: pin it\n"
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    watcher = Watcher(logs, load_rules([rules_dir]))
+    # collect_env's line (torch/utils/collect_env.py), then the failure.
+    (logs / "rank_0.log").write_text("PyTorch version: 2.1.2+cu121\nMYFW-FATAL code=42\n")
+    alerts = watcher.poll(time.time())
+    assert [a.rule.id for a in alerts] == ["myfw-on-new-torch"]

@@ -58,6 +58,13 @@ def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
     return dataclasses.replace(ev, time=ev.time - skew[ev.host])
 
 
+def _shift_failure(f: ChildFailure, skew: Mapping[str, float]) -> ChildFailure:
+    """A launcher report on the reference clock: its time and its evidence's alike."""
+    host = f.evidence.host or f.host
+    time = f.time - skew[host] if f.time is not None and host in skew else f.time
+    return dataclasses.replace(f, time=time, evidence=_shift(f.evidence, skew))
+
+
 def align(
     results: Iterable[FileResult],
     skew: Mapping[str, float] | None = None,
@@ -93,9 +100,7 @@ def align(
             if tb.time is not None and tb.host in offsets:
                 tb = dataclasses.replace(tb, time=tb.time - offsets[tb.host or ""])
             tracebacks.append(tb)
-        failures.extend(
-            dataclasses.replace(f, evidence=_shift(f.evidence, offsets)) for f in res.failures
-        )
+        failures.extend(_shift_failure(f, offsets) for f in res.failures)
         for summary in res.ranks:
             delta = offsets.get(summary.host or "", 0.0)
             if delta:

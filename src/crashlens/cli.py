@@ -186,7 +186,11 @@ def analyze(
             _fail(str(exc))
     if repro:
         code = run_for_report(report, repro_out, err=not quiet)
-        if for_report(report) is not None:
+        try:
+            has_repro = for_report(report) is not None
+        except CrashlensError:  # a rule naming an unknown repro: reported, exit 2
+            has_repro = True
+        if has_repro:
             raise typer.Exit(code)
     raise typer.Exit(int(_exit_code(report, fail_on, exit_zero)))
 

@@ -43,7 +43,7 @@ from crashlens.ingest.discover import attribute, discover
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, sniff
 from crashlens.match import match
-from crashlens.model import Hit, Source
+from crashlens.model import Fact, Hit, Source
 from crashlens.parse import (
     SNIFF_LINES,
     FileParser,
@@ -369,11 +369,14 @@ class Watcher:
         if not candidates:
             return []
         hits: list[Hit] = []
+        facts: list[Fact] = []
         for tail in self.tails.values():
             if tail.parser is not None:
                 hits.extend(snapshot_hits(tail.parser, candidates))
+                facts.extend(tail.parser.facts)
         alerts: list[Alert] = []
-        for found in match(hits, self.rules):
+        # With the facts read so far, so a rule with ``when:`` (a version range) can alert live.
+        for found in match(hits, self.rules, facts=facts):
             rule = found.rule
             key = (rule.id, rule.cls)
             if rule.id not in candidates or key in self.alerted or not found.hits:

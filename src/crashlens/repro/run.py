@@ -99,7 +99,9 @@ class ReproResult:
 
 
 def cuda_device_count() -> int:
-    """CUDA devices torch can use here (0 without CUDA). Imports torch."""
+    """CUDA devices torch can use here (0 without torch or CUDA). Imports torch."""
+    if importlib.util.find_spec("torch") is None:
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
