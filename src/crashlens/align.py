@@ -60,7 +60,7 @@ def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
 
 def _shift_failure(f: ChildFailure, skew: Mapping[str, float]) -> ChildFailure:
     """A launcher report on the reference clock: its time and its evidence's alike."""
-    host = f.evidence.host or f.host
+    host = f.evidence.host or f.host or ""
     time = f.time - skew[host] if f.time is not None and host in skew else f.time
     return dataclasses.replace(f, time=time, evidence=_shift(f.evidence, skew))
 
