@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.cli import app, parse_skew
+from crashlens.render import render
 
 runner = CliRunner()
 OOM_TB = (
@@ -31,9 +32,9 @@ def test_api_returns_a_report_that_renders(tmp_path: Path) -> None:
     report = analyze(tmp_path)
     assert report.primary is not None
     assert report.primary.match.rule.cls == "cuda_oom"
-    data = json.loads(report.render("json"))
+    data = json.loads(render(report, "json"))
     assert data["causes"][0]["evidence"][0]["line"] == 5
-    assert "CUDA out of memory" in report.render("text")
+    assert "CUDA out of memory" in render(report, "text")
     assert set(report.timeline.columns) >= {
         "time", "time_inferred", "rank", "host", "pid", "source", "line", "kind", "signal", "text",
     }  # fmt: skip

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from crashlens import analyze
+from crashlens.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus"
@@ -88,7 +89,7 @@ def test_no_crashed_job_exits_0_and_no_healthy_job_exits_1(results: dict[str, An
 )
 def test_a_crashed_job_never_reads_no_failure_found(case: Any) -> None:
     report = analyze([case.path])
-    text = report.render("text", color=False, width=100)
+    text = render(report, "text", color=False, width=100)
     assert report.failed
     assert "No failure found" not in text
     assert report.primary is not None and report.primary.evidence

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import FIXTURES
 from crashlens import analyze
+from crashlens.render import render
 from crashlens.report import Report
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -84,7 +85,7 @@ def report() -> Report:
 @pytest.fixture()
 def page(tmp_path: Path, report: Report) -> Path:
     path = tmp_path / "report.html"
-    path.write_text(report.render("html"), encoding="utf-8")
+    path.write_text(render(report, "html"), encoding="utf-8")
     return path
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.model import CAUSE_CLASSES
+from crashlens.render import render
 from crashlens.render.schema import load_schema
 
 JOBS = [
@@ -31,7 +32,7 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 def _doc(job: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(analyze([FIXTURES / job]).render("json"))
+    data: dict[str, Any] = json.loads(render(analyze([FIXTURES / job]), "json"))
     return data
 
 

@@ -17,6 +17,7 @@ from crashlens.model import Source
 from crashlens.parse import LineMatcher, parse_lines
 from crashlens.parse.text import glue_point
 from crashlens.parse.traceback import MAX_FRAMES, MAX_TEXT_LINES
+from crashlens.render import render
 from crashlens.report import Report
 from crashlens.rulebase import load_rules
 
@@ -57,7 +58,7 @@ def test_a_launcher_report_alone_is_a_failure(tmp_path: Path) -> None:
     report = _report(log)
     assert report.failed
     assert report.primary is not None and report.primary.rule_id == "launcher-exit-nonzero"
-    assert "No failure found" not in report.render("text", color=False)
+    assert "No failure found" not in render(report, "text", color=False)
 
 
 def test_a_torchrun_summary_without_its_header_names_the_failed_rank() -> None:
@@ -118,7 +119,7 @@ def test_ansi_coloured_rich_tracebacks_are_read() -> None:
     assert tb.final.type == "FileNotFoundError"
     assert [f.function for f in tb.final.frames] == ["<module>", "load"]
     assert _classes(report) == ["file_not_found"]
-    assert "\x1b" not in report.render("json")
+    assert "\x1b" not in render(report, "json")
 
 
 def test_a_web_paste_without_indentation_still_has_frames() -> None:
@@ -158,7 +159,7 @@ def test_a_handled_traceback_never_leads_the_report() -> None:
     assert top.lead.text == "KeyError: 'input_ids'"
     assert "KeyError" in top.remediation and "ConnectionError" not in top.remediation
     assert report.first_failure is not None and "KeyError" in report.first_failure.text
-    annotation = report.render("github").splitlines()[0]
+    annotation = render(report, "github").splitlines()[0]
     assert f"line={top.lead.line}," in annotation
 
 

@@ -24,7 +24,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 from crashlens import __version__, analyze
 from crashlens.errors import CrashlensError
-from crashlens.render import FORMATS, ci, slack
+from crashlens.render import FORMATS, ci, render, slack
 from crashlens.render import html as html_format
 from crashlens.render import markdown as md_format
 from crashlens.report import Report
@@ -75,7 +75,7 @@ def hostile(tmp_path: Path) -> Report:
 def test_formats_registered() -> None:
     for name in ("html", "markdown", "slack", "github", "junit"):
         assert name in FORMATS
-    assert report_for(JOBS[1]).render("markdown").startswith("## ")
+    assert render(report_for(JOBS[1]), "markdown").startswith("## ")
 
 
 # --- markdown -----------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_formats_registered() -> None:
 @pytest.mark.parametrize("job", JOBS)
 def test_markdown_structure(job: str) -> None:
     report = report_for(job)
-    out = report.render("markdown")
+    out = render(report, "markdown")
     assert out.splitlines()[0].startswith("## 🔴 crashlens: ")
     assert "| # | Cause | Class | Confidence | Rule | Ranks |" in out
     top = report.causes[0]
@@ -107,7 +107,7 @@ def test_markdown_escapes_outside_code() -> None:
 @pytest.mark.parametrize("job", JOBS)
 def test_slack_structure(job: str) -> None:
     report = report_for(job)
-    data = json.loads(report.render("slack"))
+    data = json.loads(render(report, "slack"))
     assert isinstance(data["text"], str) and data["text"].startswith("crashlens: ")
     blocks = data["blocks"]
     assert 3 <= len(blocks) <= slack.MAX_BLOCKS
@@ -139,7 +139,7 @@ def test_slack_escape_defuses_mentions() -> None:
 @pytest.mark.parametrize("job", JOBS)
 def test_github_structure(job: str) -> None:
     report = report_for(job)
-    lines = report.render("github").splitlines()
+    lines = render(report, "github").splitlines()
     assert len(lines) == len(report.causes)
     assert lines[0].startswith("::error file=")
     assert all(re.match(r"::(error|warning) file=[^:]+,line=\d+,title=[^:]*::", x) for x in lines)
@@ -153,7 +153,7 @@ def test_github_escaping_rules() -> None:
 def test_github_notice_when_healthy() -> None:
     report = analyze([FIXTURES / "gpu/healthy_run"])
     assert not report.causes
-    assert report.render("github").startswith("::notice title=crashlens::")
+    assert render(report, "github").startswith("::notice title=crashlens::")
 
 
 # --- JUnit --------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_github_notice_when_healthy() -> None:
 @pytest.mark.parametrize("job", JOBS)
 def test_junit_structure(job: str) -> None:
     report = report_for(job)
-    root = ET.fromstring(report.render("junit"))
+    root = ET.fromstring(render(report, "junit"))
     assert root.tag == "testsuites"
     suite = root.find("testsuite")
     assert suite is not None and suite.get("name") == "crashlens"
@@ -178,7 +178,7 @@ def test_junit_structure(job: str) -> None:
 
 
 def test_junit_passing_case_when_healthy() -> None:
-    root = ET.fromstring(analyze([FIXTURES / "gpu/healthy_run"]).render("junit"))
+    root = ET.fromstring(render(analyze([FIXTURES / "gpu/healthy_run"]), "junit"))
     cases = root.findall("./testsuite/testcase")
     assert len(cases) == 1 and cases[0].find("failure") is None
     assert root.get("failures") == "0"
@@ -194,7 +194,7 @@ def test_xml_safe_strips_illegal_characters() -> None:
 @pytest.mark.parametrize("fmt", sorted(SNAPSHOT_EXT))
 @pytest.mark.parametrize("job", JOBS)
 def test_snapshot(job: str, fmt: str) -> None:
-    out = scrub(report_for(job).render(fmt))
+    out = scrub(render(report_for(job), fmt))
     assert str(ROOT / "fixtures") not in out
     path = SNAPSHOTS / f"{Path(job).name}.{SNAPSHOT_EXT[fmt]}"
     if os.environ.get("CRASHLENS_UPDATE_SNAPSHOTS") == "1" or not path.exists():
@@ -211,7 +211,7 @@ def test_snapshot(job: str, fmt: str) -> None:
 @pytest.mark.parametrize("job", JOBS)
 def test_html_structure(job: str) -> None:
     report = report_for(job)
-    page = report.render("html")
+    page = render(report, "html")
     assert page.startswith("<!DOCTYPE html>")
     assert '<meta http-equiv="Content-Security-Policy" content="default-src \'none\';' in page
     assert html.escape(report.causes[0].match.rule.title) in page
@@ -226,7 +226,7 @@ def test_html_structure(job: str) -> None:
 
 
 def test_html_renders_remediation_as_text_not_markdown(hostile: Report) -> None:
-    page = hostile.render("html")
+    page = render(hostile, "html")
     assert '<pre class="remedy">An uncaught ValueError ended the process: &lt;script&gt;' in page
 
 
@@ -304,7 +304,7 @@ def _oom_traceback(local: int, rank: int) -> list[str]:
 
 
 def test_hostile_html(hostile: Report) -> None:
-    page = hostile.render("html")
+    page = render(hostile, "html")
     for raw in ("<script>alert", "<img src=x", "<!channel>", "\x1b"):
         assert raw not in page, raw
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -316,7 +316,7 @@ def test_hostile_html(hostile: Report) -> None:
 
 
 def test_hostile_markdown(hostile: Report) -> None:
-    out = hostile.render("markdown")
+    out = render(hostile, "markdown")
     heading_and_prose = [x for x in _outside_fences(out)]
     joined = "\n".join(heading_and_prose)
     assert "<script" not in joined and "<img" not in joined and "<!channel>" not in joined
@@ -343,7 +343,7 @@ def _inside_fences(text: str) -> Iterator[str]:
 
 
 def test_hostile_slack(hostile: Report) -> None:
-    raw = hostile.render("slack")
+    raw = render(hostile, "slack")
     data = json.loads(raw)
     every = json.dumps(data, ensure_ascii=False)
     for bad in ("<!channel>", "<@U123>", "<http://evil", "<script", "@here", "\x1b"):
@@ -354,7 +354,7 @@ def test_hostile_slack(hostile: Report) -> None:
 
 
 def test_hostile_github(hostile: Report) -> None:
-    out = hostile.render("github")
+    out = render(hostile, "github")
     lines = out.splitlines()
     assert len(lines) == len(hostile.causes) == 1
     assert lines[0].startswith(("::error ", "::warning "))
@@ -365,7 +365,7 @@ def test_hostile_github(hostile: Report) -> None:
 
 
 def test_hostile_junit(hostile: Report) -> None:
-    out = hostile.render("junit")
+    out = render(hostile, "junit")
     root = ET.fromstring(out)
     failure = root.find("./testsuite/testcase/failure")
     assert failure is not None
@@ -411,7 +411,7 @@ def webhook() -> Iterator[str]:
 
 
 def test_post_slack_success(webhook: str) -> None:
-    payload = report_for(JOBS[1]).render("slack")
+    payload = render(report_for(JOBS[1]), "slack")
     _Hook.bodies.clear()
     slack.post_slack(f"{webhook}/ok", payload, timeout=5)
     assert json.loads(_Hook.bodies[-1]) == json.loads(payload)

@@ -36,6 +36,7 @@ from crashlens import analyze
 from crashlens.cli import app
 from crashlens.errors import NoInputError, RuleError
 from crashlens.ingest.read import MAX_LINE, iter_lines
+from crashlens.render import render
 from crashlens.report import Report
 from crashlens.rulebase import load_rules
 from crashlens.rulebase.load import MAX_RULE_FILE, load_rule_file
@@ -175,7 +176,7 @@ def test_a_few_nul_bytes_inside_a_text_log_do_not_stop_it(tmp_path: Path, rules)
     report = analyze([tmp_path], rules)
     assert _entry(report, "rank_0.log").skipped is None
     assert _found_oom(report)
-    assert "\x00" not in report.render("text")
+    assert "\x00" not in render(report, "text")
 
 
 def test_a_hole_of_nul_bytes_in_a_text_log_keeps_its_text(tmp_path: Path, rules) -> None:
@@ -439,7 +440,7 @@ def test_twenty_thousand_tiny_files(tmp_path: Path, rules) -> None:
     assert len(report.inputs) == 20_000
     assert _found_oom(report)
     assert elapsed < 60, f"20,000 tiny files took {elapsed:.1f} s"
-    report.render("text")
+    render(report, "text")
 
 
 # -- symlinks ---------------------------------------------------------------------------------
@@ -639,7 +640,7 @@ def test_inputs_are_never_written_moved_or_deleted(tmp_path: Path, rules) -> Non
         before = _fingerprint(root)
         report = _bounded(lambda: analyze([root], rules), unblock=_release_fifo(root / "fifo.log"))
         for fmt in ("text", "json", "html", "markdown"):
-            report.render(fmt)
+            render(report, fmt)
         after = _fingerprint(root)
     finally:
         sock.close()
@@ -849,20 +850,20 @@ def test_rich_markup_in_a_log_prints_literally(tmp_path: Path, rules) -> None:
     report = _hostile_report(tmp_path, rules)
     assert _found_oom(report)
     for color in (False, True):
-        out = report.render("text", color=color, width=400)
+        out = render(report, "text", color=color, width=400)
         assert "[bold red]x[/bold red]" in out
         assert "[link=http://evil]y[/link]" in out
-    assert "\x1b]8;;http://evil" not in report.render("text", color=True, width=400)
+    assert "\x1b]8;;http://evil" not in render(report, "text", color=True, width=400)
 
 
 def test_ansi_escapes_from_a_log_are_neutralised(tmp_path: Path, rules) -> None:
     report = _hostile_report(tmp_path, rules)
-    plain = report.render("text", color=False, width=400)
+    plain = render(report, "text", color=False, width=400)
     assert "\x1b" not in plain and "\x07" not in plain and "\x08" not in plain
     # Colour codes are dropped when the log is read (they are terminal markup, not text);
     # the text they coloured stays.
     assert "\\x1b[31m" not in plain and "RED" in plain
-    colored = report.render("text", color=True, width=400)
+    colored = render(report, "text", color=True, width=400)
     assert "\x1b]8;;http://evil" not in colored
     assert "\x1b[31mRED" not in colored
 
@@ -874,4 +875,4 @@ def test_escapes_in_file_names_and_hosts_are_neutralised(tmp_path: Path, rules, 
     else:
         report = _hostile_report(tmp_path, rules, prefix="[pod/\x1b[31mevil/c] ")
     assert _found_oom(report)
-    assert "\x1b" not in report.render("text", color=False, width=400)
+    assert "\x1b" not in render(report, "text", color=False, width=400)

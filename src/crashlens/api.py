@@ -57,7 +57,7 @@ def analyze(
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
 
     Returns:
-        The :class:`Report`; ``report.render("json")`` etc. produce the output formats.
+        The :class:`Report`; ``render(report, "json")`` etc. produce the output formats.
 
     Raises:
         NoInputError: when not a single input file could be read.

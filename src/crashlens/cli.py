@@ -29,7 +29,7 @@ from crashlens.api import analyze as run_analysis
 from crashlens.config import load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
-from crashlens.render import FORMATS
+from crashlens.render import FORMATS, render
 from crashlens.render.schema import load_schema
 from crashlens.render.slack import post_slack
 from crashlens.report import Report
@@ -181,7 +181,7 @@ def analyze(
         _emit(report, fmt, files[i] if i < len(files) else None, quiet=quiet, no_color=no_color)
     if post_slack_url:
         try:
-            post_slack(post_slack_url, report.render("slack"))
+            post_slack(post_slack_url, render(report, "slack"))
         except CrashlensError as exc:
             _fail(str(exc))
     if repro:
@@ -226,7 +226,7 @@ def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_colo
     to_tty = output is None and sys.stdout.isatty()
     color = to_tty and not no_color and "NO_COLOR" not in os.environ
     width = min(max(shutil.get_terminal_size().columns, 60), 160) if to_tty else 100
-    text = report.render(fmt, color=color, width=width)
+    text = render(report, fmt, color=color, width=width)
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")

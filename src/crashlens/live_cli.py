@@ -25,7 +25,7 @@ import typer
 
 from crashlens.api import analyze
 from crashlens.errors import CrashlensError, ExitCode
-from crashlens.render import FORMATS
+from crashlens.render import FORMATS, render
 from crashlens.render.slack import post_slack
 from crashlens.rulebase import load_rules
 from crashlens.watch import READ_CAP, Alert, HookRunner, Watcher, follow
@@ -147,16 +147,16 @@ def _diagnose(
         return
     color = color and sys.stderr.isatty() and "NO_COLOR" not in os.environ
     width = min(max(shutil.get_terminal_size().columns, 60), 160) if color else 100
-    sys.stderr.write(report.render("text", color=color, width=width))
+    sys.stderr.write(render(report, "text", color=color, width=width))
     sys.stderr.flush()
     for fmt, path in zip(formats, files, strict=True):
         try:
-            path.write_text(report.render(fmt), encoding="utf-8")
+            path.write_text(render(report, fmt), encoding="utf-8")
         except OSError as exc:
             _warn(f"error: cannot write {path}: {exc.strerror}")
     if slack_url:
         try:
-            post_slack(slack_url, report.render("slack"))
+            post_slack(slack_url, render(report, "slack"))
         except CrashlensError as exc:
             _warn(f"error: {exc}")
 

@@ -156,12 +156,6 @@ class Report:
             "notes": list(self.notes),
         }
 
-    def render(self, fmt: str = "text", **options: Any) -> str:
-        """Render to ``fmt`` (see :data:`crashlens.render.FORMATS`)."""
-        from crashlens.render import render
-
-        return render(self, fmt, **options)
-
 
 def evidence_dict(ev: Evidence) -> dict[str, Any]:
     """One evidence line as JSON."""
