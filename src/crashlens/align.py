@@ -12,7 +12,6 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,34 +21,18 @@ from crashlens.model import (
     ChildFailure,
     ClockSkew,
     Evidence,
-    Fact,
+    FileResult,
     Hit,
     RankSummary,
     SyncMark,
+    Timeline,
     Traceback,
+    headline,
 )
-from crashlens.parse.stream import FileResult
 
 TIMELINE_COLUMNS = [
     "time", "time_inferred", "rank", "host", "pid", "source", "line", "kind", "signal", "text",
 ]  # fmt: skip
-
-
-@dataclass(slots=True)
-class Timeline:
-    """Every finding of the job, on one clock, plus per-rank summaries."""
-
-    hits: list[Hit]
-    tracebacks: list[Traceback]
-    failures: list[ChildFailure]
-    ranks: list[RankSummary]
-    hit_counts: dict[str, int]
-    clock_skew: dict[str, ClockSkew] = dataclasses.field(default_factory=dict)
-    facts: list[Fact] = dataclasses.field(default_factory=list)
-
-    def frame(self) -> pd.DataFrame:
-        """The events as a pandas DataFrame (built on demand)."""
-        return build_frame(self.hits, self.tracebacks, self.failures)
 
 
 def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
@@ -379,6 +362,11 @@ def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> l
     return [merged[r] for r in sorted(merged)]
 
 
+def frame_of(timeline: Timeline) -> pd.DataFrame:
+    """The timeline's events as a pandas DataFrame (built on demand, for the report)."""
+    return build_frame(timeline.hits, timeline.tracebacks, timeline.failures)
+
+
 def build_frame(
     hits: list[Hit], tracebacks: list[Traceback], failures: list[ChildFailure]
 ) -> pd.DataFrame:
@@ -408,7 +396,7 @@ def build_frame(
                 "line": final.lineno,
                 "kind": "traceback" if tb.fatal else "handled_traceback",
                 "signal": final.type,
-                "text": f"{final.type}: {final.message.splitlines()[0] if final.message else ''}",
+                "text": headline(final),
             }
         )
     for f in failures:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing
 import os
@@ -11,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from crashlens import __version__
-from crashlens.align import align
+from crashlens.align import align, frame_of
 from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
@@ -99,7 +100,7 @@ def analyze(
         ranks=timeline.ranks,
         inputs=inputs,
         notes=notes,
-        timeline_builder=timeline.frame,
+        timeline_builder=functools.partial(frame_of, timeline),
         tracebacks=timeline.tracebacks,
         clock_skew=timeline.clock_skew,
         facts=timeline.facts,

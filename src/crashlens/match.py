@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
 
 from crashlens.facts import VERSION_KEYS, version_tuple
-from crashlens.model import Evidence, Fact, Hit
+from crashlens.model import Evidence, Fact, Hit, Match
 from crashlens.rulebase.conditions import satisfies, when_holds
 from crashlens.rulebase.schema import Condition, Rule, RuleSet, VersionSpec
 
@@ -20,44 +19,6 @@ from crashlens.rulebase.schema import Condition, Rule, RuleSet, VersionSpec
 #: ``key -> value`` mapping such as ``Report.environment`` (enough for ``when:``, not for
 #: fact-only rules, which need a line to cite).
 Facts = Iterable[Fact] | Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A rule whose condition held, with the hits that made it hold (oldest first)."""
-
-    rule: Rule
-    hits: tuple[Hit, ...]
-
-    @property
-    def first_time(self) -> float | None:
-        """Time of the earliest timed hit."""
-        times = [h.evidence.time for h in self.hits if h.evidence.time is not None]
-        return min(times) if times else None
-
-    @property
-    def ranks(self) -> list[int]:
-        """Ranks the evidence came from."""
-        return sorted({h.evidence.rank for h in self.hits if h.evidence.rank is not None})
-
-    @property
-    def hosts(self) -> list[str]:
-        """Hosts the evidence came from."""
-        return sorted({h.evidence.host for h in self.hits if h.evidence.host})
-
-    @property
-    def fields(self) -> dict[str, str]:
-        """Named-group captures: the fatal hits' first, then the earliest (others fill gaps).
-
-        An exception that was logged and survived is not what ended the process, so it is
-        not what the remediation talks about when the fatal one is known.
-        """
-        out: dict[str, str] = {}
-        order = {True: 0, None: 1, False: 2}
-        for h in sorted(self.hits, key=lambda h: order[h.fatal]):
-            for key, value in h.fields.items():
-                out.setdefault(key, value)
-        return out
 
 
 def group_key(hit: Hit, same: str) -> Hashable:

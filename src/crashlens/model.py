@@ -1,9 +1,19 @@
-"""Plain data handed from one pipeline stage to the next (no I/O, no pandas)."""
+"""Plain data handed from one pipeline stage to the next (no I/O, no pandas).
+
+Every type that passes between stages lives here, so stages import this module, not each
+other: ingest -> parse (:class:`FileResult`) -> align (:class:`Timeline`) -> match
+(:class:`Match`) -> rank (:class:`Cause`, :class:`FirstFailure`) -> the report.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from crashlens.rulebase.schema import Rule
 
 SourceKind = Literal["worker", "launcher", "kernel", "scheduler", "errorfile"]
 
@@ -188,3 +198,178 @@ class SyncMark:
     time: float
     host: str | None
     rank: int | None
+
+
+#: Evidence lines shown per cause.
+MAX_EVIDENCE = 12
+
+
+@dataclass(slots=True)
+class FileResult:
+    """What one file contributed: signals, tracebacks, launcher reports, per-rank stats."""
+
+    hits: list[Hit]
+    tracebacks: list[Traceback]
+    failures: list[ChildFailure]
+    ranks: list[RankSummary]
+    lines: int
+    hit_counts: dict[str, int]
+    assumed_year: int | None = None
+    #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
+    rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
+    facts: list[Fact] = field(default_factory=list)
+    sync: list[SyncMark] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Every finding of the job, on one clock, plus per-rank summaries."""
+
+    hits: list[Hit]
+    tracebacks: list[Traceback]
+    failures: list[ChildFailure]
+    ranks: list[RankSummary]
+    hit_counts: dict[str, int]
+    clock_skew: dict[str, ClockSkew] = field(default_factory=dict)
+    facts: list[Fact] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A rule whose condition held, with the hits that made it hold (oldest first)."""
+
+    rule: Rule
+    hits: tuple[Hit, ...]
+
+    @property
+    def first_time(self) -> float | None:
+        """Time of the earliest timed hit."""
+        times = [h.evidence.time for h in self.hits if h.evidence.time is not None]
+        return min(times) if times else None
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks the evidence came from."""
+        return sorted({h.evidence.rank for h in self.hits if h.evidence.rank is not None})
+
+    @property
+    def hosts(self) -> list[str]:
+        """Hosts the evidence came from."""
+        return sorted({h.evidence.host for h in self.hits if h.evidence.host})
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """Named-group captures: the fatal hits' first, then the earliest (others fill gaps).
+
+        An exception that was logged and survived is not what ended the process, so it is
+        not what the remediation talks about when the fatal one is known.
+        """
+        out: dict[str, str] = {}
+        order = {True: 0, None: 1, False: 2}
+        for h in sorted(self.hits, key=lambda h: order[h.fatal]):
+            for key, value in h.fields.items():
+                out.setdefault(key, value)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A symptom (or secondary cause) attributed to a cause."""
+
+    rule_id: str
+    cls: str
+    title: str
+    ranks: tuple[int, ...]
+    count: int
+    first_seen: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFailure:
+    """Where the failure began: the earliest fatal event of the job."""
+
+    rank: int | None
+    host: str | None
+    time: float | None
+    file: str
+    line: int
+    text: str
+    kind: Literal["crash", "hang", "unknown"] = "crash"
+    rule_id: str | None = None
+    time_inferred: bool = False
+
+
+@dataclass(slots=True)
+class Cause:
+    """A ranked finding: a root cause, or an unexplained symptom when no cause is visible."""
+
+    match: Match
+    kind: Literal["cause", "symptom"]
+    confidence: float = 0.0
+    explains: list[Explained] = field(default_factory=list)
+    #: Environment facts (versions, batch size...) for remediation placeholders.
+    environment: dict[str, str] = field(default_factory=dict)
+    #: The rule's remediation with its placeholders filled (by the rank stage).
+    remediation: str = ""
+
+    @property
+    def rule_id(self) -> str:
+        """The rule that matched."""
+        return self.match.rule.id
+
+    @property
+    def first_seen(self) -> float | None:
+        """Earliest evidence time."""
+        return self.match.first_time
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        """Evidence to show: the fatal hits first, then the earliest, capped."""
+        hits = sorted(self.match.hits, key=evidence_order)
+        seen: set[tuple[str, int]] = set()
+        out = []
+        for h in hits:
+            key = (h.evidence.file, h.evidence.line)
+            if key not in seen:
+                seen.add(key)
+                out.append(h.evidence)
+        return sorted(out[:MAX_EVIDENCE], key=time_order)
+
+    @property
+    def lead(self) -> Evidence | None:
+        """The line to cite first: the earliest fatal one, else the earliest of any kind.
+
+        A handled exception (logged, and the process went on) never leads when the cause
+        also has the line that ended a process.
+        """
+        hits = sorted(self.match.hits, key=evidence_order)
+        return hits[0].evidence if hits else None
+
+
+def evidence_order(h: Hit) -> tuple[int, float]:
+    """Fatal hits first (then not-known, then handled), each group oldest first."""
+    fatal_rank = 0 if h.fatal else (1 if h.fatal is None else 2)
+    t = h.evidence.time
+    return (fatal_rank, t if t is not None else math.inf)
+
+
+def time_order(ev: Evidence) -> tuple[float, str, int]:
+    """Oldest first; untimed last, in file order."""
+    return (ev.time if ev.time is not None else math.inf, ev.file, ev.line)
+
+
+def iso(t: float | None) -> str | None:
+    """A POSIX time as ISO 8601 (UTC where the log gave a zone, else the clock as printed)."""
+    if t is None:
+        return None
+    return (
+        dt.datetime.fromtimestamp(t, dt.timezone.utc)
+        .replace(tzinfo=None)
+        .isoformat(timespec="milliseconds")
+    )
+
+
+def headline(exc: ExceptionInfo) -> str:
+    """An exception in one line: ``KeyError: 'input_ids'`` (the message's first line)."""
+    first = exc.message.splitlines()[0] if exc.message else ""
+    return f"{exc.type}: {first}"

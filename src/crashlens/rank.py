@@ -14,13 +14,20 @@ import math
 import re
 import string
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
 
 from crashlens import facts as facts_mod
-from crashlens.align import Timeline
-from crashlens.match import Match
-from crashlens.model import Evidence, Hit
+from crashlens.model import (
+    Cause,
+    Evidence,
+    Explained,
+    FirstFailure,
+    Hit,
+    Match,
+    Timeline,
+    headline,
+    time_order,
+)
 
 #: A symptom may be logged slightly before its cause when clocks or inferred times differ.
 CAUSALITY_SLACK_S = 5.0
@@ -35,102 +42,6 @@ SYMPTOM_FACTOR = 0.5
 EXPLAIN_BONUS = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Explained:
-    """A symptom (or secondary cause) attributed to a cause."""
-
-    rule_id: str
-    cls: str
-    title: str
-    ranks: tuple[int, ...]
-    count: int
-    first_seen: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class FirstFailure:
-    """Where the failure began: the earliest fatal event of the job."""
-
-    rank: int | None
-    host: str | None
-    time: float | None
-    file: str
-    line: int
-    text: str
-    kind: Literal["crash", "hang", "unknown"] = "crash"
-    rule_id: str | None = None
-    time_inferred: bool = False
-
-
-@dataclass(slots=True)
-class Cause:
-    """A ranked finding: a root cause, or an unexplained symptom when no cause is visible."""
-
-    match: Match
-    kind: Literal["cause", "symptom"]
-    confidence: float = 0.0
-    explains: list[Explained] = field(default_factory=list)
-    #: Environment facts (versions, batch size...) for remediation placeholders.
-    environment: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def rule_id(self) -> str:
-        """The rule that matched."""
-        return self.match.rule.id
-
-    @property
-    def first_seen(self) -> float | None:
-        """Earliest evidence time."""
-        return self.match.first_time
-
-    @property
-    def evidence(self) -> list[Evidence]:
-        """Evidence to show: the fatal hits first, then the earliest, capped."""
-        hits = sorted(self.match.hits, key=_evidence_order)
-        seen: set[tuple[str, int]] = set()
-        out = []
-        for h in hits:
-            key = (h.evidence.file, h.evidence.line)
-            if key not in seen:
-                seen.add(key)
-                out.append(h.evidence)
-        return sorted(out[:MAX_EVIDENCE], key=_time_order)
-
-    @property
-    def lead(self) -> Evidence | None:
-        """The line to cite first: the earliest fatal one, else the earliest of any kind.
-
-        A handled exception (logged, and the process went on) never leads when the cause
-        also has the line that ended a process.
-        """
-        hits = sorted(self.match.hits, key=_evidence_order)
-        return hits[0].evidence if hits else None
-
-    @property
-    def remediation(self) -> str:
-        """The rule's remediation with ``{field}`` placeholders filled from the evidence."""
-        values = dict(self.match.fields)
-        ranks = self.match.ranks
-        if ranks:
-            values.setdefault("rank", str(ranks[0]))
-        hosts = self.match.hosts
-        if hosts:
-            values.setdefault("host", hosts[0])
-        for key, value in facts_mod.placeholder_values(self.environment).items():
-            values.setdefault(key, value)
-        return fill(self.match.rule.remediation, values)
-
-
-def _evidence_order(h: Hit) -> tuple[int, float]:
-    fatal_rank = 0 if h.fatal else (1 if h.fatal is None else 2)
-    t = h.evidence.time
-    return (fatal_rank, t if t is not None else math.inf)
-
-
-def _time_order(ev: Evidence) -> tuple[float, str, int]:
-    return (ev.time if ev.time is not None else math.inf, ev.file, ev.line)
-
-
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _ASIDE = re.compile(r" ?\(([^()]*)\)")
 
@@ -138,6 +49,18 @@ _ASIDE = re.compile(r" ?\(([^()]*)\)")
 class _Defaulting(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return "(unknown)"
+
+
+def remediation(m: Match, environment: dict[str, str]) -> str:
+    """The rule's remediation with ``{field}`` placeholders filled from the evidence and facts."""
+    values = dict(m.fields)
+    if m.ranks:
+        values.setdefault("rank", str(m.ranks[0]))
+    if m.hosts:
+        values.setdefault("host", m.hosts[0])
+    for key, value in facts_mod.placeholder_values(environment).items():
+        values.setdefault(key, value)
+    return fill(m.rule.remediation, values)
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -169,6 +92,8 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
         if m.rule.kind == "cause" and not _handled_only(m)
     ]
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
+    for c in (*causes, *symptoms):
+        c.remediation = remediation(c.match, env)
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
@@ -310,10 +235,9 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal and tb.id not in symptom_tbs]
     if fatal_tbs:
         tb = fatal_tbs[0]
-        final = tb.final
-        text = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
+        text = headline(tb.final)
         return FirstFailure(
-            tb.rank, tb.host, tb.time, tb.source.path, final.lineno, text, "crash", None,
+            tb.rank, tb.host, tb.time, tb.source.path, tb.final.lineno, text, "crash", None,
             tb.time_inferred,
         )  # fmt: skip
     culprit = hang_culprit(matches, timeline)
@@ -340,7 +264,7 @@ def _with_rank(first: FirstFailure, same_rule: list[Hit]) -> FirstFailure:
     slurmstepd's "Detected 1 oom-kill event" names no task; srun's "task 0: Out Of Memory"
     right after it is the same event, and says who.
     """
-    for h in sorted(same_rule, key=lambda h: _time_order(h.evidence)):
+    for h in sorted(same_rule, key=lambda h: time_order(h.evidence)):
         ev = h.evidence
         if ev.rank is None:
             continue
@@ -371,12 +295,12 @@ def launcher_named(timeline: Timeline) -> FirstFailure | None:
     ]
     if not named:
         return None
-    pick = min(named, key=lambda f: (not f.root_cause, _time_order(f.evidence)))
+    pick = min(named, key=lambda f: (not f.root_cause, time_order(f.evidence)))
     return _first(pick.evidence, "crash", None)
 
 
 def _earliest(evidence: Iterable[Evidence]) -> Evidence | None:
-    return min(evidence, key=_time_order, default=None)
+    return min(evidence, key=time_order, default=None)
 
 
 def _first(
@@ -406,7 +330,7 @@ def _awaited(timeouts: list[Hit], waiting: set[int | None]) -> FirstFailure | No
     key, so rank 0 is the culprit whoever timed out first.
     """
     named = [h for h in timeouts if h.fields.get("waits_on", "").isdigit()]
-    for h in sorted(named, key=lambda h: _time_order(h.evidence)):
+    for h in sorted(named, key=lambda h: time_order(h.evidence)):
         culprit = int(h.fields["waits_on"])
         if culprit not in waiting:
             ev = h.evidence

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,21 +10,19 @@ from crashlens.facts import environment_of
 
 if TYPE_CHECKING:
     import pandas as pd
-from crashlens.model import ClockSkew, Evidence, Fact, InputFile, RankSummary, Traceback
-from crashlens.rank import Cause, FirstFailure
+from crashlens.model import (
+    Cause,
+    ClockSkew,
+    Evidence,
+    Fact,
+    FirstFailure,
+    InputFile,
+    RankSummary,
+    Traceback,
+    iso,
+)
 
 SCHEMA_VERSION = 1
-
-
-def iso(t: float | None) -> str | None:
-    """A POSIX time as ISO 8601 (UTC where the log gave a zone, else the clock as printed)."""
-    if t is None:
-        return None
-    return (
-        dt.datetime.fromtimestamp(t, dt.timezone.utc)
-        .replace(tzinfo=None)
-        .isoformat(timespec="milliseconds")
-    )
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style, strip
 from crashlens.ingest.read import MAX_LINE, Readable, iter_lines
-from crashlens.model import Source
+from crashlens.model import FileResult, Source
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.scan import (
     MAX_LINE_BYTES,
@@ -18,7 +18,7 @@ from crashlens.parse.scan import (
     TriggerScanner,
     iter_blocks,
 )
-from crashlens.parse.stream import FileParser, FileResult
+from crashlens.parse.stream import FileParser
 from crashlens.rulebase.schema import RuleSet
 
 SNIFF_LINES = 200

@@ -23,6 +23,7 @@ from crashlens.model import (
     Evidence,
     ExceptionInfo,
     Fact,
+    FileResult,
     Hit,
     RankSummary,
     Source,
@@ -165,23 +166,6 @@ class _Stream:
     untimed: list[Callable[[float], None]] = field(default_factory=list)
     untimed_wait: int = 0
     pids: set[int] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class FileResult:
-    """What one file contributed: signals, tracebacks, launcher reports, per-rank stats."""
-
-    hits: list[Hit]
-    tracebacks: list[Traceback]
-    failures: list[ChildFailure]
-    ranks: list[RankSummary]
-    lines: int
-    hit_counts: dict[str, int]
-    assumed_year: int | None = None
-    #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
-    rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
-    facts: list[Fact] = field(default_factory=list)
-    sync: list[SyncMark] = field(default_factory=list)
 
 
 class FileParser:

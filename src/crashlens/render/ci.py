@@ -13,12 +13,11 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
+from crashlens.model import iso
 from crashlens.render.text import clean
-from crashlens.report import iso
 
 if TYPE_CHECKING:
-    from crashlens.model import Evidence
-    from crashlens.rank import Cause
+    from crashlens.model import Cause, Evidence
     from crashlens.report import Report
 
 #: Confidence below which a cause is annotated as a warning rather than an error.

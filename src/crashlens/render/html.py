@@ -17,12 +17,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from crashlens.model import headline, iso
 from crashlens.render.text import clean
-from crashlens.report import iso
 
 if TYPE_CHECKING:
-    from crashlens.model import Evidence
-    from crashlens.rank import Cause
+    from crashlens.model import Cause, Evidence
     from crashlens.report import Report
 
 CSP = (
@@ -289,7 +288,7 @@ def _tracebacks(report: Report) -> str:
             else (f"{tb.host} launcher" if tb.host else LAUNCHER)
         )
         final = tb.final
-        title = f"{final.type}: {final.message.splitlines()[0] if final.message else ''}"
+        title = headline(final)
         when = _when(tb.time, inferred=tb.time_inferred)
         lines = tb.text.splitlines()
         body = "".join(f"{esc(line)}\n" for line in lines[:-1])

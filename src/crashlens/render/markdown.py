@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from crashlens.model import iso
 from crashlens.render.text import clean
-from crashlens.report import iso
 
 if TYPE_CHECKING:
-    from crashlens.model import Evidence
-    from crashlens.rank import Cause
+    from crashlens.model import Cause, Evidence
     from crashlens.report import Report
 
 ZWSP = "\u200b"

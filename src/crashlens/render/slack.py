@@ -17,8 +17,8 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from crashlens.errors import CrashlensError
+from crashlens.model import iso
 from crashlens.render.text import clean
-from crashlens.report import iso
 
 if TYPE_CHECKING:
     from crashlens.report import Report

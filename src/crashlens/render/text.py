@@ -15,11 +15,10 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from crashlens.report import iso
+from crashlens.model import iso
 
 if TYPE_CHECKING:
-    from crashlens.model import Evidence
-    from crashlens.rank import Cause
+    from crashlens.model import Cause, Evidence
     from crashlens.report import Report
 
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c not in (9, 10)}
