@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crashlens.rulebase import default_rules_dir, load_rules
-from crashlens.rulebase.testing import fixture_files, run_fixture
+from crashlens.ruletest import fixture_files, run_fixture
 
 RULES_DIR = default_rules_dir()
 RULES = load_rules()

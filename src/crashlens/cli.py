@@ -38,7 +38,7 @@ from crashlens.repro.cli import repro_app, run_for_report
 from crashlens.rulebase import RuleSet, default_rules_dir, load_rules
 from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
-from crashlens.rulebase.testing import fixture_files, run_fixture
+from crashlens.ruletest import fixture_files, run_fixture
 
 app = typer.Typer(
     name="crashlens",
