@@ -1,7 +1,6 @@
 """crashlens: find the root cause of a crashed distributed training job from its logs."""
 
-__version__ = "0.1.0"
-
+from crashlens._version import __version__
 from crashlens.api import analyze
 from crashlens.report import Report
 

@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from crashlens import __version__
+from crashlens._version import __version__
 from crashlens.api import Progress, input_size
 from crashlens.api import analyze as run_analysis
 from crashlens.config import load_config

@@ -1,0 +1,325 @@
+"""One analysis session: the rules, their compiled matcher and scanner, and what was read.
+
+Every command analyses through a :class:`Session`: ``analyze`` (:func:`crashlens.api.analyze`)
+reads a tree and finishes it into a :class:`~crashlens.report.Report`; ``watch`` feeds live
+parsers the session makes (:meth:`Session.parser`) and matches their snapshots
+(:meth:`Session.match`); ``run`` analyses what it captured; ``rules test`` parses each fixture
+with :meth:`Session.parse_lines`. Reading many files in parallel is a :class:`Runner`'s job
+(:class:`SequentialRunner`, :class:`ForkRunner`), chosen per session, never global state.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from crashlens._version import __version__
+from crashlens.align import align, frame_of
+from crashlens.config import Config
+from crashlens.errors import NoInputError
+from crashlens.ingest.discover import Candidate, attribute, discover
+from crashlens.ingest.prefixes import PrefixStyle
+from crashlens.ingest.read import NotText, Tolerant, open_binary
+from crashlens.match import Facts, match
+from crashlens.model import FileResult, Hit, InputFile, Match, Source, Timeline
+from crashlens.parse import (
+    FileParser,
+    LineMatcher,
+    file_year,
+    parse_binary,
+    parse_error_file,
+    parse_lines,
+    scanner_for,
+)
+from crashlens.parse.scan import TriggerScanner
+from crashlens.rank import rank
+from crashlens.report import Report
+from crashlens.rulebase import RuleSet, load_rules
+
+Progress = Callable[[str, int], None]
+
+#: Below this much input, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 32 << 20
+STDIN = "<stdin>"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRead:
+    """What reading one candidate gave: its result (None if skipped), its inventory entry,
+    and the detectors that timed out while it was parsed (worker diagnostics travel here)."""
+
+    result: FileResult | None
+    record: InputFile
+    timeouts: frozenset[str] = frozenset()
+
+
+class Runner(Protocol):
+    """Reads candidates for a session, in input order."""
+
+    def read(
+        self, session: Session, candidates: list[Candidate], progress: Progress | None
+    ) -> Iterator[FileRead]: ...
+
+
+class SequentialRunner:
+    """Every file in this process, one after the other."""
+
+    def read(
+        self, session: Session, candidates: list[Candidate], progress: Progress | None
+    ) -> Iterator[FileRead]:
+        for index, cand in enumerate(candidates):
+            read = session.read_candidate(cand, index)
+            _report_progress(progress, read)
+            yield read
+
+
+class ForkRunner:
+    """Files in forked worker processes, for large inputs (files are independent until align).
+
+    Each worker gets the session once, through the pool's initializer (a fork shares it, nothing
+    is pickled and nothing global is set in the parent); results come back in input order with
+    their worker's diagnostics. Standard input is read in the parent, which owns it. Falls back
+    to :class:`SequentialRunner` for small inputs or where ``fork`` is unavailable.
+    """
+
+    def __init__(self, workers: int | None = None, min_bytes: int = PARALLEL_MIN_BYTES) -> None:
+        self.workers = workers or min(4, os.cpu_count() or 1)
+        self.min_bytes = min_bytes
+
+    def read(
+        self, session: Session, candidates: list[Candidate], progress: Progress | None
+    ) -> Iterator[FileRead]:
+        readable = [c for c in candidates if not c.skipped and c.display != STDIN]
+        total = sum(_size(c.path) for c in readable)
+        if (
+            self.workers < 2
+            or len(readable) < 2
+            or total < self.min_bytes
+            or "fork" not in multiprocessing.get_all_start_methods()
+        ):
+            yield from SequentialRunner().read(session, candidates, progress)
+            return
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=context,
+            initializer=_worker_init,
+            initargs=(session,),
+        ) as pool:
+            pending = [
+                None if c.display == STDIN else pool.submit(_worker_read, c, i)
+                for i, c in enumerate(candidates)
+            ]
+            for index, (cand, future) in enumerate(zip(candidates, pending, strict=True)):
+                read = session.read_candidate(cand, index) if future is None else future.result()
+                _report_progress(progress, read)
+                yield read
+
+
+_WORKER_SESSION: list[Session] = []
+
+
+def _worker_init(session: Session) -> None:
+    """In a worker process only: remember the session it reads for."""
+    _WORKER_SESSION[:] = [session]
+
+
+def _worker_read(cand: Candidate, index: int) -> FileRead:
+    return _WORKER_SESSION[0].read_candidate(cand, index)
+
+
+def _report_progress(progress: Progress | None, read: FileRead) -> None:
+    if progress is not None and read.record.skipped is None:
+        progress(read.record.path, read.record.bytes)
+
+
+@dataclass(slots=True)
+class Session:
+    """An analysis: rules with the config applied, compiled once, and the files read so far."""
+
+    rules: RuleSet
+    skew: dict[str, float] = field(default_factory=dict)
+    fast: bool = True
+    runner: Runner = field(default_factory=ForkRunner)
+    matcher: LineMatcher = field(init=False)
+    scanner: TriggerScanner | None = field(init=False)
+    inputs: list[InputFile] = field(default_factory=list, init=False)
+    results: list[FileResult] = field(default_factory=list, init=False)
+    notes: list[str] = field(default_factory=list, init=False)
+    timeouts: set[str] = field(default_factory=set, init=False)
+    _tb_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
+
+    def __post_init__(self) -> None:
+        self.matcher = LineMatcher(self.rules)
+        self.scanner = scanner_for(self.matcher) if self.fast else None
+        self.notes.extend(f"rule file left out: {problem}" for problem in self.rules.skipped)
+
+    @classmethod
+    def configured(
+        cls,
+        rule_dirs: Sequence[str | os.PathLike[str]] = (),
+        *,
+        config: Config | None = None,
+        skew: Mapping[str, float] | None = None,
+        disable: Sequence[str] = (),
+        strict_rules: bool = False,
+        fast: bool = True,
+        runner: Runner | None = None,
+    ) -> Session:
+        """A session with ``crashlens.yaml`` applied: its rule dirs, ``disable:`` and ``skew:``
+        (``config``; none given means no config), then ``rule_dirs``, ``disable`` and ``skew``."""
+        config = config or Config()
+        dirs = [Path(p) for p in (*config.rules, *rule_dirs)]
+        rules = load_rules(dirs, strict=strict_rules)
+        rules = Config(disable=(*config.disable, *disable)).apply(rules)
+        return cls(
+            rules,
+            skew={**config.skew, **(skew or {})},
+            fast=fast,
+            runner=runner or ForkRunner(),
+        )
+
+    # -- reading ------------------------------------------------------------------------
+    def read_paths(
+        self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None
+    ) -> Session:
+        """Discover and read every file under ``paths`` (``"-"`` is stdin)."""
+        candidates = list(discover(list(paths)))
+        for read in self.runner.read(self, candidates, progress):
+            self.add(read)
+        return self
+
+    def add(self, read: FileRead) -> None:
+        """Take one file's result into the session, with its notes and diagnostics."""
+        record = read.record
+        self.inputs.append(record)
+        self.timeouts.update(read.timeouts)
+        if read.result is not None:
+            self.results.append(read.result)
+            if record.note:
+                self.notes.append(f"{record.path}: {record.note}")
+        elif record.skipped and not record.skipped.startswith("not a log"):
+            self.notes.append(f"skipped {record.path}: {record.skipped}")
+
+    def read_candidate(self, cand: Candidate, index: int) -> FileRead:
+        """Read one discovered file (or stdin) in this process."""
+        tb_ids = itertools.count((index + 1) * 1_000_000)  # unique per file, whoever reads it
+        before = set(self.matcher.timeouts)
+        result, record = self._read_one(cand, tb_ids)
+        return FileRead(result, record, frozenset(set(self.matcher.timeouts) - before))
+
+    def _read_one(
+        self, cand: Candidate, tb_ids: itertools.count[int]
+    ) -> tuple[FileResult | None, InputFile]:
+        if cand.skipped:
+            return None, InputFile(cand.display, 0, "unknown", skipped=cand.skipped)
+        is_stdin = cand.display == STDIN
+        size = 0 if is_stdin else _size(cand.path)
+        source = attribute(cand.display)
+        try:
+            stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
+        except NotText as exc:
+            return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+        except OSError as exc:
+            reason = f"cannot read: {exc.strerror or exc}"
+            return None, InputFile(cand.display, size, source.kind, skipped=reason)
+        reader = Tolerant(stream)
+        try:
+            if source.kind == "errorfile":
+                try:
+                    result = parse_error_file(
+                        source, reader, self.rules, self.matcher, tb_ids=tb_ids
+                    )
+                except ValueError as exc:
+                    return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+            else:
+                year = file_year(None if is_stdin else cand.path)
+                result = parse_binary(
+                    source,
+                    reader,
+                    encoding,
+                    self.rules,
+                    self.matcher,
+                    self.scanner,
+                    year=year,
+                    tb_ids=tb_ids,
+                )
+        except (OSError, EOFError) as exc:
+            return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
+        finally:
+            if not is_stdin:
+                stream.close()
+        # Keep what was read before any damage (a truncated .gz, a file that vanished).
+        note = f"read stopped early: {reader.damage}" if reader.damage else None
+        if note is None and result.lines == 0:
+            note = "empty file"
+        return result, InputFile(cand.display, size, source.kind, lines=result.lines, note=note)
+
+    def parse_lines(
+        self, source: Source, lines: Iterable[tuple[int, str]], *, year: int
+    ) -> FileResult:
+        """Parse ``(lineno, text)`` pairs of one file with this session's rules."""
+        return parse_lines(source, lines, self.rules, self.matcher, year=year, tb_ids=self._tb_ids)
+
+    def parser(self, source: Source, *, year: int, style: PrefixStyle) -> FileParser:
+        """A live parser to feed line by line (``watch``); :meth:`FileParser.snapshot` reads it."""
+        return FileParser(
+            source, self.rules, self.matcher, year=year, style=style, tb_ids=self._tb_ids
+        )
+
+    # -- analysing ----------------------------------------------------------------------
+    def timeline(self, results: list[FileResult] | None = None) -> Timeline:
+        """The session's results (or ``results``) on one clock."""
+        sync = {rule.id: rule.sync for rule in self.rules.rules if rule.sync}
+        return align(self.results if results is None else results, self.skew, sync)
+
+    def match(self, hits: Iterable[Hit], facts: Facts | None = None) -> list[Match]:
+        """The rules whose conditions hold over ``hits`` (with the environment ``facts``)."""
+        return match(hits, self.rules, facts=facts)
+
+    def finish(self) -> Report:
+        """Rank what was read into the report.
+
+        Raises:
+            NoInputError: when not a single input file could be read.
+        """
+        notes = list(self.notes)
+        if not self.results:
+            reasons = "; ".join(notes) if notes else "no files found"
+            raise NoInputError(f"nothing readable in the given paths ({reasons})")
+        timeline = self.timeline()
+        causes, first = rank(self.match(timeline.hits, timeline.facts), timeline)
+        notes.extend(f"detector {k} timed out and was skipped" for k in sorted(self.timeouts))
+        return Report(
+            causes=causes,
+            first_failure=first,
+            ranks=timeline.ranks,
+            inputs=list(self.inputs),
+            notes=notes,
+            timeline_builder=functools.partial(frame_of, timeline),
+            tracebacks=timeline.tracebacks,
+            clock_skew=timeline.clock_skew,
+            facts=timeline.facts,
+            rules_loaded=len(self.rules.rules),
+            tool_version=__version__,
+        )
+
+
+def input_size(paths: Sequence[str | os.PathLike[str]]) -> int:
+    """Total bytes of the files an analysis of ``paths`` would read (for progress bars)."""
+    return sum(_size(c.path) for c in discover(paths) if not c.skipped and c.display != STDIN)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
