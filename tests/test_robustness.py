@@ -790,7 +790,7 @@ def test_a_bad_rule_file_is_one_line_and_exit_2_on_the_cli(tmp_path: Path) -> No
     ):
         # left out with a one-line note (the bundled rules still find the OOM), or refused
         assert result.exit_code == code
-        [line] = [t for t in result.output.splitlines() if "user-rule.yaml" in t]
+        assert len([t for t in result.output.splitlines() if "user-rule.yaml" in t]) == 1
         assert "Traceback" not in result.output
         assert "RecursionError" not in result.output and "MemoryError" not in result.output
 

@@ -25,7 +25,6 @@ from rich.progress import Progress as RichProgress
 
 from crashlens._version import __version__
 from crashlens.api import Progress, input_size
-from crashlens.api import analyze as run_analysis
 from crashlens.config import load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
@@ -35,10 +34,11 @@ from crashlens.render.slack import post_slack
 from crashlens.report import Report
 from crashlens.repro.catalog import for_report
 from crashlens.repro.cli import repro_app, run_for_report
-from crashlens.rulebase import RuleSet, default_rules_dir, load_rules
+from crashlens.rulebase import RuleSet, default_rules_dir
 from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.ruletest import fixture_files, run_fixture
+from crashlens.session import Session
 
 app = typer.Typer(
     name="crashlens",
@@ -160,14 +160,10 @@ def analyze(
         show = not quiet and sys.stderr.isatty()
         config = load_config()
         with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
-            report = run_analysis(
-                paths,
-                [*config.rules, *(rules or [])],
-                skew={**config.skew, **parse_skew(skew or [])},
-                disable=config.disable,
-                progress=advance,
-                strict_rules=strict_rules,
+            session = Session.configured(
+                rules or [], config=config, skew=parse_skew(skew or []), strict_rules=strict_rules
             )
+            report = session.read_paths(paths, advance).finish()
     except CrashlensError as exc:
         _fail(str(exc))
     except Exception as exc:  # the error policy lives here, not in the library
@@ -263,8 +259,7 @@ RulesOption = Annotated[
 
 def _load(rules: list[Path] | None, *, strict: bool = False) -> RuleSet:
     try:
-        config = load_config()
-        ruleset = config.apply(load_rules([*config.rules, *(rules or [])], strict=strict))
+        ruleset = Session.configured(rules or [], config=load_config(), strict_rules=strict).rules
     except CrashlensError as exc:
         _fail(str(exc))
     for problem in ruleset.skipped:

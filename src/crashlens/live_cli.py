@@ -6,7 +6,8 @@ Kept out of ``cli.py`` so the live features stay one import and two registration
     app.command("run", context_settings=RUN_CONTEXT)(run_command)
     app.command("watch")(watch_command)
 
-No analysis happens here either: ``run`` calls :func:`crashlens.api.analyze` on what it captured,
+No analysis happens here either: ``run`` analyses what it captured with a
+:class:`~crashlens.session.Session` (``crashlens.yaml`` applied, as for ``analyze``),
 ``watch`` drives :class:`crashlens.watch.Watcher`.
 """
 
@@ -23,11 +24,11 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from crashlens.api import analyze
+from crashlens.config import load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import FORMATS, render
 from crashlens.render.slack import post_slack
-from crashlens.rulebase import load_rules
+from crashlens.session import Session
 from crashlens.watch import READ_CAP, Alert, HookRunner, Watcher, follow
 from crashlens.wrap import WrapResult, default_log_dir, run_and_tee
 
@@ -138,7 +139,8 @@ def _diagnose(
     )
     _warn(f"the command {how}; diagnosing {log_dir}" + "".join(f" {p}" for p in also))
     try:
-        report = analyze([log_dir, *also], rules)
+        session = Session.configured(rules, config=load_config())
+        report = session.read_paths([log_dir, *also]).finish()
     except CrashlensError as exc:
         _warn(f"error: no diagnosis: {exc}")
         return
@@ -199,7 +201,7 @@ def watch_command(
     if not directory.is_dir():
         _fail(f"{directory} is not a directory")
     try:
-        ruleset = load_rules(list(rules or []))
+        session = Session.configured(list(rules or []), config=load_config())
     except CrashlensError as exc:
         _fail(str(exc))
     hooks = HookRunner(on_cause, _warn) if on_cause else None
@@ -220,7 +222,7 @@ def watch_command(
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        watcher = Watcher(directory, ruleset, read_cap=None if once else READ_CAP)
+        watcher = Watcher(directory, session, read_cap=None if once else READ_CAP)
         count = follow(
             watcher,
             interval=interval,

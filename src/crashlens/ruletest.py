@@ -14,18 +14,15 @@ traceback, or the line the detector's regex matches.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashlens.align import align
 from crashlens.errors import RuleError
 from crashlens.ingest.discover import attribute
-from crashlens.match import match
 from crashlens.model import Source
-from crashlens.parse import LineMatcher, parse_lines
 from crashlens.rulebase.schema import RuleSet
+from crashlens.session import SequentialRunner, Session
 
 DIRECTIVE = "#! "
 FIXTURE_SUFFIXES = (".log", ".txt", ".out", ".err")
@@ -109,16 +106,9 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
             target[rule_id].add(lineno)
         pending = []
         lines.append((lineno, text))
-    parsed = parse_lines(
-        _source(path, header),
-        lines,
-        rules,
-        LineMatcher(rules),
-        year=2024,
-        tb_ids=itertools.count(1),
-    )
-    timeline = align([parsed])
-    for m in match(timeline.hits, rules, facts=timeline.facts):
+    session = Session(rules, runner=SequentialRunner())
+    timeline = session.timeline([session.parse_lines(_source(path, header), lines, year=2024)])
+    for m in session.match(timeline.hits, timeline.facts):
         for hit in m.hits:
             result.actual[m.rule.id].add(hit.evidence.line)
     return result

@@ -18,42 +18,38 @@ interleaved in it, a kernel log, a rule set with a detector that must see every 
 Memory is bounded by the parsers' own caps plus, per file, one partial line and the first
 :data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style and the path are decided.
 
-Reading a live parser's hits: a :class:`FileParser` only freezes hits into
-:class:`~crashlens.model.Hit` objects in ``close()``, which finalizes it. The watcher instead
-freezes a snapshot of ``parser.hits`` (pending hits) with the parser's own ``_freeze``, without
-traceback ids, which only the fallback rule needs and fallback rules never alert (see
-:func:`alertable`). This is a deliberate in-package use of a private method; if ``_freeze``
-changes, :func:`snapshot_hits` is the one place to adapt.
+Reading a live parser's hits: a :class:`FileParser` only freezes its findings in ``close()``,
+which finalizes it; :meth:`FileParser.snapshot` gives frozen copies meanwhile, without traceback
+ids, which only the fallback rules need, and fallback rules never alert (see :func:`alertable`).
+The rules, matcher and scanner are the :class:`~crashlens.session.Session`'s, so ``watch``
+reads ``crashlens.yaml`` like ``analyze``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import io
-import itertools
 import os
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashlens.ingest.discover import attribute, discover
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, sniff
-from crashlens.match import match
 from crashlens.model import Fact, Hit, Source
 from crashlens.parse import (
     SNIFF_LINES,
     FileParser,
-    LineMatcher,
     file_year,
     interleaved,
     scan_block,
-    scanner_for,
 )
 from crashlens.rulebase.schema import Rule, RuleSet
+from crashlens.session import Session
 
 #: Most bytes read from one file in one pass while following; a busy file cannot starve the
 #: others, and a watcher that falls behind still advances every file each pass.
@@ -74,18 +70,6 @@ def alertable(rule: Rule) -> bool:
     only known once its writer stops logging, and an alert can run ``scancel``.
     """
     return rule.kind == "cause" and not rule.fallback
-
-
-def snapshot_hits(parser: FileParser, rule_ids: Collection[str] | None = None) -> list[Hit]:
-    """Frozen copies of the hits a live parser has found so far (the parser stays usable).
-
-    ``rule_ids`` limits the copy to those rules' hits.
-    """
-    return [
-        parser._freeze(pending, {})
-        for pending in parser.hits
-        if rule_ids is None or pending.rule.id in rule_ids
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,21 +154,20 @@ class Watcher:
     def __init__(
         self,
         root: Path,
-        rules: RuleSet,
+        rules: RuleSet | Session,
         *,
         read_cap: int | None = READ_CAP,
         fast: bool = True,
     ) -> None:
         self.root = root
-        self.rules = rules
-        self.matcher = LineMatcher(rules)
+        self.session = rules if isinstance(rules, Session) else Session(rules, fast=fast)
+        self.rules = self.session.rules
         #: The fast-path scanner (None: every line goes through ``FileParser.feed``).
-        self.scanner = scanner_for(self.matcher) if fast else None
-        self.tb_ids = itertools.count(1)
+        self.scanner = self.session.scanner
         self.read_cap = read_cap
         self.tails: dict[str, _Tail] = {}
         self.alerted: set[tuple[str, str]] = set()
-        self._alertable = {r.id for r in rules.rules if alertable(r)}
+        self._alertable = {r.id for r in self.rules.rules if alertable(r)}
         self.bytes_read = 0
         #: Bytes known to be waiting after the last pass (0 when the watcher is caught up).
         self.backlog = 0
@@ -339,14 +322,7 @@ class Watcher:
         head = tail.head
         style = sniff_style(text for _, text in head) if head else PrefixStyle()
         source: Source = attribute(tail.display)
-        parser = FileParser(
-            source,
-            self.rules,
-            self.matcher,
-            year=file_year(tail.path),
-            style=style,
-            tb_ids=self.tb_ids,
-        )
+        parser = self.session.parser(source, year=file_year(tail.path), style=style)
         for lineno, text in head:
             parser.feed(lineno, text)
         tail.head = []
@@ -359,24 +335,24 @@ class Watcher:
         candidates: set[str] = set()
         for tail in self.tails.values():
             parser = tail.parser
-            if parser is None or len(parser.hits) == tail.seen_hits:
+            if parser is None or parser.hit_count == tail.seen_hits:
                 continue
-            for pending in parser.hits[tail.seen_hits :]:
-                rule = pending.rule
-                if rule.id in self._alertable and (rule.id, rule.cls) not in self.alerted:
-                    candidates.add(rule.id)
-            tail.seen_hits = len(parser.hits)
+            for rule_id in parser.rules_hit_since(tail.seen_hits):
+                rule = self.rules.by_id[rule_id]
+                if rule_id in self._alertable and (rule_id, rule.cls) not in self.alerted:
+                    candidates.add(rule_id)
+            tail.seen_hits = parser.hit_count
         if not candidates:
             return []
         hits: list[Hit] = []
         facts: list[Fact] = []
         for tail in self.tails.values():
             if tail.parser is not None:
-                hits.extend(snapshot_hits(tail.parser, candidates))
+                hits.extend(tail.parser.snapshot(candidates))
                 facts.extend(tail.parser.facts)
         alerts: list[Alert] = []
         # With the facts read so far, so a rule with ``when:`` (a version range) can alert live.
-        for found in match(hits, self.rules, facts=facts):
+        for found in self.session.match(hits, facts):
             rule = found.rule
             key = (rule.id, rule.cls)
             if rule.id not in candidates or key in self.alerted or not found.hits:

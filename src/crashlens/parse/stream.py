@@ -10,7 +10,7 @@ import itertools
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -528,6 +528,28 @@ class FileParser:
                 if when is None:
                     stream.untimed.append(_stamp_setter(pending))
                 break
+
+    # -- reading a live parser -----------------------------------------------------------
+    @property
+    def hit_count(self) -> int:
+        """How many findings the parser holds so far (it only grows)."""
+        return len(self.hits)
+
+    def rules_hit_since(self, count: int) -> set[str]:
+        """Ids of the rules with a finding after the first ``count`` ones."""
+        return {pending.rule.id for pending in self.hits[count:]}
+
+    def snapshot(self, rule_ids: Collection[str] | None = None) -> list[Hit]:
+        """Frozen copies of the findings so far (of ``rule_ids`` only); the parser stays usable.
+
+        Findings inside tracebacks carry no traceback id and no fatal verdict yet: both are
+        only known when the writer stops (:meth:`close`).
+        """
+        return [
+            self._freeze(pending, {})
+            for pending in self.hits
+            if rule_ids is None or pending.rule.id in rule_ids
+        ]
 
     # -- end of file --------------------------------------------------------------------
     def close(self) -> FileResult:
