@@ -882,3 +882,28 @@ def test_escapes_in_file_names_and_hosts_are_neutralised(tmp_path: Path, rules, 
         report = _hostile_report(tmp_path, rules, prefix="[pod/\x1b[31mevil/c] ")
     assert _found_oom(report)
     assert "\x1b" not in render(report, "text", color=False, width=400)
+
+
+def test_a_timed_out_detector_in_a_worker_process_is_reported(tmp_path: Path) -> None:
+    # The diagnostics of forked workers come back with their results.
+    from crashlens.session import ForkRunner, Session
+
+    logs, rules_dir = _evil_job(tmp_path, lines=3)
+    (logs / "rank_1.log").write_text(GOOD)
+    session = Session.configured([rules_dir], runner=ForkRunner(workers=2, min_bytes=0))
+    report = _bounded(lambda: session.read_paths([logs]).finish(), timeout=60)
+    assert any("evil-backtrack.evil" in n and "timed out" in n for n in report.notes), report.notes
+
+
+def test_stdin_is_read_by_the_parent_when_files_go_to_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crashlens.session import ForkRunner, Session
+
+    for r in (1, 2):
+        (tmp_path / f"rank_{r}.log").write_text("2024-05-01 03:13:00,000 INFO train: step 6\n")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(GOOD.encode())))
+    session = Session.configured(runner=ForkRunner(workers=2, min_bytes=0))
+    report = session.read_paths([tmp_path / "rank_1.log", tmp_path / "rank_2.log", "-"]).finish()
+    assert _found_oom(report)
+    assert _entry(report, "<stdin>").lines == 2

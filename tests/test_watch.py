@@ -277,3 +277,18 @@ def test_a_rule_with_when_alerts_live_on_the_facts_read_so_far(tmp_path: Path) -
     (logs / "rank_0.log").write_text("PyTorch version: 2.1.2+cu121\nMYFW-FATAL code=42\n")
     alerts = watcher.poll(time.time())
     assert [a.rule.id for a in alerts] == ["myfw-on-new-torch"]
+
+
+def test_watch_reads_crashlens_yaml_like_analyze(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank_7.log").write_text(
+        _benign(7, 1) + "\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB. "
+        "GPU 0 has a total capacity of 15.7 GiB\n"
+    )
+    watch = [sys.executable, "-c", APP, "watch", str(logs), "--once"]
+    plain = subprocess.run(watch, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert plain.returncode == 1 and "cuda_oom" in plain.stdout
+    (tmp_path / "crashlens.yaml").write_text("disable: [cuda-oom]\n")
+    off = subprocess.run(watch, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "cuda_oom" not in off.stdout, off.stdout
