@@ -76,7 +76,6 @@ def align(
     tracebacks: list[Traceback] = []
     failures: list[ChildFailure] = []
     summaries: list[RankSummary] = []
-    counts: dict[str, int] = {}
     for res in results:
         hits.extend(dataclasses.replace(h, evidence=_shift(h.evidence, offsets)) for h in res.hits)
         for tb in res.tracebacks:
@@ -90,8 +89,6 @@ def align(
                 summary.first_time = _minus(summary.first_time, delta)
                 summary.last_time = _minus(summary.last_time, delta)
             summaries.append(summary)
-        for rule_id, n in res.hit_counts.items():
-            counts[rule_id] = counts.get(rule_id, 0) + n
     hits = wall_clock_for_uptime(hits)
     ranks = merge_ranks(summaries, failures)
     rank_map = {key: rank for res in results for key, rank in res.rank_map.items()}
@@ -108,7 +105,6 @@ def align(
         tracebacks=tracebacks,
         failures=failures,
         ranks=ranks,
-        hit_counts=counts,
         clock_skew=clock,
         facts=[f for res in results for f in res.facts],
     )

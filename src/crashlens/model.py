@@ -213,7 +213,6 @@ class FileResult:
     failures: list[ChildFailure]
     ranks: list[RankSummary]
     lines: int
-    hit_counts: dict[str, int]
     assumed_year: int | None = None
     #: (host, local rank) -> global rank, from launcher output and stacked prefixes.
     rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -229,7 +228,6 @@ class Timeline:
     tracebacks: list[Traceback]
     failures: list[ChildFailure]
     ranks: list[RankSummary]
-    hit_counts: dict[str, int]
     clock_skew: dict[str, ClockSkew] = field(default_factory=dict)
     facts: list[Fact] = field(default_factory=list)
 

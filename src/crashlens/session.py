@@ -270,7 +270,7 @@ class Session:
         return parse_lines(source, lines, self.rules, self.matcher, year=year, tb_ids=self._tb_ids)
 
     def parser(self, source: Source, *, year: int, style: PrefixStyle) -> FileParser:
-        """A live parser to feed line by line (``watch``); :meth:`FileParser.snapshot` reads it."""
+        """A live parser to feed line by line (``watch``); its ``collector`` reads its findings."""
         return FileParser(
             source, self.rules, self.matcher, year=year, style=style, tb_ids=self._tb_ids
         )

@@ -19,7 +19,8 @@ Memory is bounded by the parsers' own caps plus, per file, one partial line and 
 :data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style and the path are decided.
 
 Reading a live parser's hits: a :class:`FileParser` only freezes its findings in ``close()``,
-which finalizes it; :meth:`FileParser.snapshot` gives frozen copies meanwhile, without traceback
+which finalizes it; :meth:`HitCollector.snapshot <crashlens.parse.hits.HitCollector.snapshot>` (its
+``collector``) gives frozen copies meanwhile, without traceback
 ids, which only the fallback rules need, and fallback rules never alert (see :func:`alertable`).
 The rules, matcher and scanner are the :class:`~crashlens.session.Session`'s, so ``watch``
 reads ``crashlens.yaml`` like ``analyze``.
@@ -335,20 +336,20 @@ class Watcher:
         candidates: set[str] = set()
         for tail in self.tails.values():
             parser = tail.parser
-            if parser is None or parser.hit_count == tail.seen_hits:
+            if parser is None or parser.collector.count == tail.seen_hits:
                 continue
-            for rule_id in parser.rules_hit_since(tail.seen_hits):
+            for rule_id in parser.collector.rules_since(tail.seen_hits):
                 rule = self.rules.by_id[rule_id]
                 if rule_id in self._alertable and (rule_id, rule.cls) not in self.alerted:
                     candidates.add(rule_id)
-            tail.seen_hits = parser.hit_count
+            tail.seen_hits = parser.collector.count
         if not candidates:
             return []
         hits: list[Hit] = []
         facts: list[Fact] = []
         for tail in self.tails.values():
             if tail.parser is not None:
-                hits.extend(tail.parser.snapshot(candidates))
+                hits.extend(tail.parser.collector.snapshot(candidates))
                 facts.extend(tail.parser.facts)
         alerts: list[Alert] = []
         # With the facts read so far, so a rule with ``when:`` (a version range) can alert live.

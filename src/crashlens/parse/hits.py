@@ -1,0 +1,195 @@
+"""Findings of one file: detector hits on lines and on assembled tracebacks, capped, frozen.
+
+A hit is pending while its time, rank or fatal verdict can still change; :meth:`HitCollector.
+freeze` turns it into a :class:`~crashlens.model.Hit` (at the end of the file, or as a snapshot
+of a live parser for ``watch``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any
+
+import regex
+
+from crashlens.model import Evidence, ExceptionInfo, Hit, Source
+from crashlens.parse.clock import Clock
+from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.state import PendingHit, Stream, stamp_setter
+from crashlens.parse.traceback import PartialTraceback, is_user_code
+from crashlens.rulebase.schema import Detector, Rule, RuleSet
+
+CONTEXT = 3
+MAX_HITS_PER_DETECTOR = 20
+MAX_EVIDENCE_TEXT = 600
+_SYSLOG_HOST = regex.compile(
+    r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
+)
+_EMBEDDED_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+', re.MULTILINE)
+
+#: Per traceback (by ``id``): its id in the report and its verdict for the hits inside it:
+#: fatal (True), survived (False), or not known (None: other tracebacks followed it).
+Verdicts = dict[int, tuple[int, bool | None]]
+
+
+def origin(exc: ExceptionInfo) -> str:
+    """Where an exception was raised: its innermost frame's code (``none``: no frame shown)."""
+    embedded = _EMBEDDED_FRAME.findall(exc.message)
+    if embedded:
+        # A worker's exception re-raised by the parent: the original traceback says where.
+        return "user" if is_user_code(embedded[-1]) else "library"
+    if not exc.frames:
+        return "none"
+    return "user" if exc.frames[-1].user_code else "library"
+
+
+class HitCollector:
+    """Runs a file's detectors and keeps what they found (at most 20 per detector and stream)."""
+
+    def __init__(self, source: Source, rules: RuleSet, matcher: LineMatcher, clock: Clock):
+        self.source = source
+        self.matcher = matcher
+        self.clock = clock
+        self.exc_detectors = rules.exception_detectors()
+        self.pending: list[PendingHit] = []
+        self._per_det: dict[tuple[str, str, int], int] = {}
+
+    # -- finding --------------------------------------------------------------------------
+    def on_line(self, stream: Stream, lineno: int, text: str, in_tb: bool, timed: str) -> None:
+        """Run the line detectors on one line."""
+        matches = self.matcher.match(text, self.source.kind)
+        for rule, det, found in matches or ():
+            self._add(stream, rule, det, found, lineno, text, in_tb, timed)
+
+    def _add(
+        self,
+        stream: Stream,
+        rule: Rule,
+        det: Detector,
+        found: Any,
+        lineno: int,
+        text: str,
+        in_tb: bool,
+        timed: str,
+    ) -> None:
+        key = (rule.id, det.name, id(stream))
+        count = self._per_det.get(key, 0)
+        if count >= MAX_HITS_PER_DETECTOR:
+            return
+        self._per_det[key] = count + 1
+        fields = {k: v for k, v in found.groupdict().items() if v is not None}
+        uptime = self.clock.uptime(text)
+        if uptime is not None:
+            # Seconds since boot: kept so align can put the line on the wall clock later,
+            # from a pid the line shares with a timed event elsewhere.
+            fields["uptime_s"] = f"{uptime:.6f}"
+        pending = PendingHit(
+            rule=rule,
+            det=det,
+            fields=fields,
+            lineno=lineno,
+            text=text[:MAX_EVIDENCE_TEXT],
+            stamp=self.clock.hit_time(stream, lineno, timed, in_tb),
+            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
+            stream=stream,
+            rank_override=stream.summary.current_rank,
+        )
+        if in_tb and stream.assembler.current is not None:
+            pending.tb = stream.assembler.current
+        if pending.stamp[0] is None:
+            stream.untimed.append(stamp_setter(pending))
+        self.pending.append(pending)
+
+    def on_traceback(
+        self, stream: Stream, tb: PartialTraceback, when: float | None, inferred: bool
+    ) -> None:
+        """Run the exception and traceback detectors on a completed traceback."""
+        for rule, det in self.exc_detectors:
+            if det.sources is not None and self.source.kind not in det.sources:
+                continue
+            if det.origin is not None and origin(tb.exceptions[-1]) not in det.origin:
+                continue
+            targets: list[tuple[int, str]]
+            if det.scope == "traceback":
+                final = tb.exceptions[-1]
+                targets = [(final.lineno, "\n".join(tb.text))]
+                shown = f"{final.type}: {final.message}".split("\n", 1)[0]
+            else:
+                # Newest first: the exception that escaped is the one that killed the process.
+                targets = [(e.lineno, f"{e.type}: {e.message}") for e in reversed(tb.exceptions)]
+                shown = ""
+            for lineno, target in targets:
+                found = self.matcher.search(rule, det, target)
+                if found is None:
+                    continue
+                first_line = shown or target.split("\n", 1)[0]
+                pending = PendingHit(
+                    rule=rule,
+                    det=det,
+                    fields={k: v for k, v in found.groupdict().items() if v is not None},
+                    lineno=lineno,
+                    text=first_line[:MAX_EVIDENCE_TEXT],
+                    stamp=(when, inferred),
+                    context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
+                    stream=stream,
+                    tb=tb,
+                )
+                self.pending.append(pending)
+                if when is None:
+                    stream.untimed.append(stamp_setter(pending))
+                break
+
+    # -- reading ---------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """How many findings there are so far (it only grows)."""
+        return len(self.pending)
+
+    def rules_since(self, count: int) -> set[str]:
+        """Ids of the rules with a finding after the first ``count`` ones."""
+        return {pending.rule.id for pending in self.pending[count:]}
+
+    def snapshot(self, rule_ids: Collection[str] | None = None) -> list[Hit]:
+        """Frozen copies of the findings so far (of ``rule_ids`` only), without verdicts."""
+        return [
+            self.freeze(pending, {})
+            for pending in self.pending
+            if rule_ids is None or pending.rule.id in rule_ids
+        ]
+
+    def freeze(self, hit: PendingHit, verdicts: Verdicts) -> Hit:
+        """The final :class:`Hit`: rank and host settled, the traceback's verdict applied."""
+        stream = hit.stream
+        rank = hit.rank_override if hit.rank_override is not None else stream.rank
+        if rank is None:
+            # A message naming its rank ("[Rank 3]", Open MPI "process rank 3"), or srun's
+            # "task 3" (srun's task id is the global rank torchrun-less jobs use).
+            named = hit.fields.get("rank") or hit.fields.get("tasks", "")
+            if named.isdigit():
+                rank = int(named)
+        host = stream.host or hit.fields.get("host")
+        if host is None and self.source.kind == "kernel":
+            m = _SYSLOG_HOST.match(hit.text)
+            host = m["host"] if m else None
+        tb_id, fatal = (
+            verdicts.get(id(hit.tb), (None, None)) if hit.tb is not None else (None, None)
+        )
+        when, inferred = hit.stamp
+        return Hit(
+            rule_id=hit.rule.id,
+            detector=hit.det.name,
+            evidence=Evidence(
+                file=self.source.path,
+                line=hit.lineno,
+                rank=rank,
+                host=host,
+                time=when,
+                time_inferred=inferred,
+                text=hit.text,
+                context=hit.context,
+            ),
+            fields=hit.fields,
+            traceback_id=tb_id,
+            fatal=fatal,
+        )

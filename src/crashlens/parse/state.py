@@ -1,0 +1,190 @@
+"""What the parser keeps per writer: the stream, its pending findings, its done tracebacks.
+
+A file holds one writer, or several interleaved behind launcher prefixes; each gets a
+:class:`Stream` under a typed :class:`StreamKey`. Memory is bounded per stream (a short ring
+of recent lines, one open traceback, capped findings), never per line.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+import regex
+
+from crashlens.ingest.prefixes import PrefixStyle, strip
+from crashlens.model import Source
+from crashlens.parse.torchrun import SummaryReader
+from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
+from crashlens.rulebase.schema import Detector, Rule
+
+RING = 32
+#: Characters of a quiet line kept in the ring (evidence context, last words).
+MAX_RING_TEXT = 600
+#: A traceback followed by this many more lines of the same writer was handled, not fatal.
+HANDLED_AFTER_LINES = 200
+#: ... or when it goes on logging: this many timestamped lines, spanning this many seconds.
+HANDLED_AFTER_STAMPS = 5
+HANDLED_AFTER_SECONDS = 10.0
+STEP = regex.compile(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
+#: Exceptions a launcher raises to report that a child process failed.
+LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExitedException")
+
+
+class StreamKey(NamedTuple):
+    """Who wrote a line: a local rank (and host), else a global rank, else just a host."""
+
+    by: Literal["local", "rank", "host"]
+    number: int | None
+    host: str | None
+
+
+@dataclass(slots=True)
+class PendingHit:
+    """A finding whose time, rank or fatal verdict may still be settled by later lines."""
+
+    rule: Rule
+    det: Detector
+    fields: dict[str, str]
+    lineno: int
+    text: str
+    stamp: tuple[float | None, bool]
+    context: tuple[str, ...]
+    stream: Stream
+    tb: PartialTraceback | None = None
+    rank_override: int | None = None
+
+
+@dataclass(slots=True)
+class DoneTraceback:
+    """A completed traceback and what its stream printed after it (to tell handled from fatal)."""
+
+    tb: PartialTraceback
+    lines_at_end: int
+    time: float | None
+    inferred: bool
+    later: list[float] = field(default_factory=list)
+    #: The writer logged a later training step after it (``step 3`` after ``step 2``).
+    progressed: bool = False
+    #: The last step number its writer logged before it, if the recent lines show one.
+    step_before: int | None = None
+
+    def handled(self, stream_lines: int) -> bool:
+        """Whether the writer went on working after printing it (so it did not die of it)."""
+        if self.progressed or stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
+            return True
+        if len(self.later) < HANDLED_AFTER_STAMPS or self.time is None:
+            return False
+        return self.later[-1] - self.time >= HANDLED_AFTER_SECONDS
+
+    def watching(self, stream_lines: int) -> bool:
+        """Whether the lines after it can still change the verdict (the fast path feeds them)."""
+        return (
+            len(self.later) < HANDLED_AFTER_STAMPS
+            and stream_lines - self.lines_at_end <= HANDLED_AFTER_LINES
+        )
+
+    def observe(self, stream_lines: int, text: str, stamp: float | None) -> None:
+        """Take note of a later line of its writer: a timestamp, a later training step."""
+        if stamp is not None:
+            self.later.append(stamp)
+        if not self.progressed and stream_lines - self.lines_at_end <= HANDLED_AFTER_LINES:
+            step = STEP.search(text)
+            self.progressed = step is not None and (
+                self.step_before is None or int(step["n"]) > self.step_before
+            )
+
+
+@dataclass(slots=True)
+class Stream:
+    """One writer's lines inside a file (one rank, or the whole file if unprefixed)."""
+
+    source: Source
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    ring: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=RING))
+    assembler: TracebackAssembler = field(default_factory=TracebackAssembler)
+    summary: SummaryReader = field(default_factory=SummaryReader)
+    lines: int = 0
+    first_time: float | None = None
+    probe_first: int = 50
+    last_stamp: tuple[int, float] | None = None
+    tb_done: list[DoneTraceback] = field(default_factory=list)
+    watch: DoneTraceback | None = None
+    #: Findings with no earlier timestamp in their stream, waiting for the next one.
+    untimed: list[Callable[[float], None]] = field(default_factory=list)
+    untimed_wait: int = 0
+    pids: set[int] = field(default_factory=set)
+
+    def remember_tail(
+        self, block: bytes, start: int, end: int, count: int, last_lineno: int, style: PrefixStyle
+    ) -> None:
+        """Keep the last ``count`` of the quiet lines ``block[start:end]`` in the ring."""
+        tail_start = end - 1
+        for _ in range(count):
+            tail_start = block.rfind(b"\n", start, tail_start)
+            if tail_start < 0:
+                tail_start = start - 1
+                break
+        tail = block[max(tail_start + 1, start) : end - 1].decode("utf-8", "replace")
+        lines = tail.split("\n")
+        first = last_lineno - len(lines) + 1
+        for offset, text in enumerate(lines):
+            text = text.rsplit("\r", 1)[-1][:MAX_RING_TEXT]
+            self.ring.append((first + offset, strip(text, style)[0]))
+
+    def last_step(self, before: int) -> int | None:
+        """The number of the last ``step N`` line before line ``before``, if still in view."""
+        for lineno, text in reversed(self.ring):
+            if lineno < before:
+                m = STEP.search(text)
+                if m:
+                    return int(m["n"])
+        return None
+
+    def verdicts(self) -> Iterator[tuple[DoneTraceback, bool, bool]]:
+        """Each done traceback with whether it was fatal and whether it was handled.
+
+        The last one is fatal unless its writer went on working. Tracebacks printed together
+        (processes sharing a console) end or go on together, and a launcher's own traceback
+        (``ChildFailedError``...) after a worker's does not make the worker's survivable: it
+        is the launcher reporting that very death.
+        """
+        workers = [d for d in self.tb_done if not launcher_report(d.tb)]
+        last_group = _group(workers[-1].tb) if workers else None
+        for done in self.tb_done:
+            tb = done.tb
+            last = _group(tb) is last_group or launcher_report(tb)
+            handled = done.handled(self.lines)
+            fatal = (last and not handled) or tb.exceptions[-1].type == "Fatal Python error"
+            yield done, fatal, handled
+
+
+def launcher_report(tb: PartialTraceback) -> bool:
+    """Whether a traceback is a launcher's report of a failed child."""
+    return tb.exceptions[-1].type.rsplit(".", 1)[-1] in LAUNCHER_EXCEPTIONS
+
+
+def _group(tb: PartialTraceback) -> PartialTraceback:
+    return tb.twin_of if tb.twin_of is not None else tb
+
+
+def stamp_setter(target: PendingHit | PartialTraceback) -> Callable[[float], None]:
+    """A callback giving ``target`` an inferred time once one is known."""
+
+    def settle(t: float) -> None:
+        target.stamp = (t, True)
+
+    return settle
+
+
+def time_setter(target: DoneTraceback) -> Callable[[float], None]:
+    """A callback giving a done traceback an inferred time once one is known."""
+
+    def settle(t: float) -> None:
+        target.time, target.inferred = t, True
+
+    return settle
