@@ -7,7 +7,9 @@ line belonged to the traceback. A line it does not take is an ordinary log line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 import regex
 
@@ -190,26 +192,49 @@ def _exception_word(name: str) -> bool:
     )
 
 
+class State(Enum):
+    """Where the assembler is in a traceback."""
+
+    IDLE = "idle"  #: between tracebacks
+    FRAMES = "frames"  #: ``File ...`` lines and their source lines
+    MESSAGE = "message"  #: the exception's (multi-line) message
+    EMBEDDED = "embedded"  #: a worker's ``Original Traceback`` inside the message
+    AFTER_BLANK = "after_blank"  #: a blank line: a chained exception may follow
+    CHAIN = "chain"  #: "The above exception was the direct cause..." seen
+    RICH = "rich"  #: inside a rich traceback box
+    IPYTHON = "ipython"  #: an IPython/Jupyter traceback
+    FAULT = "fault"  #: a faulthandler dump
+
+
 class TracebackAssembler:
     """A state machine over one rank's lines; completed tracebacks pile up in ``done``."""
 
     def __init__(self) -> None:
         self.current: PartialTraceback | None = None
-        self.state = "idle"
+        self.state = State.IDLE
         self.ipython_type = ""
         self.blank_run = 0
         self.done: list[PartialTraceback] = []
+        self._handlers: dict[State, Callable[[int, str], bool]] = {
+            State.FRAMES: self._on_frames,
+            State.MESSAGE: self._on_message,
+            State.EMBEDDED: self._on_embedded,
+            State.AFTER_BLANK: self._on_after_blank,
+            State.CHAIN: self._on_chain,
+            State.RICH: self._on_rich,
+            State.IPYTHON: self._on_ipython,
+            State.FAULT: self._on_fault,
+        }
 
     def feed(self, lineno: int, text: str) -> bool:
         """Offer a line; returns True when the line belongs to a traceback."""
         if self.current is None:
             return self._maybe_start(lineno, text)
         tb = self.current
-        if tb.line_count >= MAX_TB_LINES and self.state not in ("frames", "message"):
+        if tb.line_count >= MAX_TB_LINES and self.state not in (State.FRAMES, State.MESSAGE):
             self._finish()
             return self._maybe_start(lineno, text)
-        handler = getattr(self, f"_on_{self.state}")
-        taken: bool = handler(lineno, text)
+        taken = self._handlers[self.state](lineno, text)
         if taken:
             tb.add_text(text)
             return True
@@ -226,7 +251,7 @@ class TracebackAssembler:
         tb = self.current
         if tb is None:
             return
-        if self.state == "frames" and tb.exc_type is None and tb.frames:
+        if self.state is State.FRAMES and tb.exc_type is None and tb.frames:
             tb.exc_type = CUT_TRACEBACK
             tb.exc_message = ["(the log ends inside this traceback, before its exception line)"]
             tb.exc_line = tb.start_line
@@ -236,20 +261,20 @@ class TracebackAssembler:
     def _maybe_start(self, lineno: int, text: str) -> bool:
         stripped = text.lstrip()
         if stripped.startswith(TB_HEADER) and len(text) - len(stripped) <= 1:
-            self._start(lineno, text, "frames")
+            self._start(lineno, text, State.FRAMES)
             return True
         if _BARE_FRAME.match(text):
             # The header was lost (a pasted excerpt): the frames still say it is a traceback.
-            self._start(lineno, text, "frames")
+            self._start(lineno, text, State.FRAMES)
             assert self.current is not None
             self.current.headerless = True
             self._on_frames(lineno, text)
             return True
         if text.startswith("╭") and "Traceback" in text:
-            self._start(lineno, text, "rich")
+            self._start(lineno, text, State.RICH)
             return True
         if text.startswith("Fatal Python error: "):
-            self._start(lineno, text, "fault")
+            self._start(lineno, text, State.FAULT)
             assert self.current is not None
             self.current.exc_type = "Fatal Python error"
             self.current.exc_message = [text[len("Fatal Python error: ") :]]
@@ -258,7 +283,7 @@ class TracebackAssembler:
         if _bare_exception(text):
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
-            self._start(lineno, text, "message")
+            self._start(lineno, text, State.MESSAGE)
             assert self.current is not None
             self.current.headerless = True
             self.current.begin_exception(lineno, text)
@@ -266,12 +291,12 @@ class TracebackAssembler:
         if "Traceback (most recent call last)" in text:
             m = _IPY_HEADER.match(text)
             if m:
-                self._start(lineno, text, "ipython")
+                self._start(lineno, text, State.IPYTHON)
                 self.ipython_type = m["type"]
                 return True
         return False
 
-    def _start(self, lineno: int, text: str, state: str) -> None:
+    def _start(self, lineno: int, text: str, state: State) -> None:
         self.current = PartialTraceback(start_line=lineno)
         self.current.add_text(text)
         self.state = state
@@ -291,7 +316,7 @@ class TracebackAssembler:
             twin.twin_of = tb
             self.done.append(twin)
         self.current = None
-        self.state = "idle"
+        self.state = State.IDLE
 
     # -- states --------------------------------------------------------------------------
     def _on_frames(self, lineno: int, text: str) -> bool:
@@ -315,19 +340,19 @@ class TracebackAssembler:
             tb.noise += 1
             return True
         tb.begin_exception(lineno, text)
-        self.state = "message"
+        self.state = State.MESSAGE
         return True
 
     def _on_message(self, lineno: int, text: str) -> bool:
         tb = self.current
         assert tb is not None
         if not text.strip():
-            self.state = "after_blank"
+            self.state = State.AFTER_BLANK
             self.blank_run = 1
             return True
         if text.startswith("Original Traceback (most recent call last):"):
             tb.exc_message.append(text)
-            self.state = "embedded"
+            self.state = State.EMBEDDED
             return True
         if text.startswith(TB_HEADER) or looks_like_record(text) or looks_like_progress(text):
             return False
@@ -358,7 +383,7 @@ class TracebackAssembler:
         if looks_like_record(text):
             return False
         tb.exc_message.append(text)
-        self.state = "message"
+        self.state = State.MESSAGE
         return True
 
     def _on_after_blank(self, lineno: int, text: str) -> bool:
@@ -370,7 +395,7 @@ class TracebackAssembler:
             return self.blank_run <= 2
         if stripped in _CHAIN_MARKERS:
             tb.end_exception()
-            self.state = "chain"
+            self.state = State.CHAIN
             return True
         return False
 
@@ -379,7 +404,7 @@ class TracebackAssembler:
         if not stripped:
             return True
         if stripped.startswith(TB_HEADER):
-            self.state = "frames"
+            self.state = State.FRAMES
             return True
         return False
 
@@ -392,7 +417,7 @@ class TracebackAssembler:
                 tb.add_frame(Frame(m["file"], int(m["line"]), m["func"], is_user_code(m["file"])))
             return True
         if text.startswith("╰"):
-            self.state = "frames"
+            self.state = State.FRAMES
             return True
         return False
 
@@ -401,7 +426,7 @@ class TracebackAssembler:
         assert tb is not None
         if text.startswith(self.ipython_type) and text[len(self.ipython_type) :][:1] in (":", ""):
             tb.begin_exception(lineno, text)
-            self.state = "message"
+            self.state = State.MESSAGE
             return True
         m = _IPY_FRAME.match(text)
         if m:
