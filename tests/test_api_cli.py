@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.cli import app, parse_skew
+from crashlens.errors import ExitCode
 from crashlens.render import render
 
 runner = CliRunner()
@@ -279,3 +280,47 @@ def test_remediation_uses_environment_facts(tmp_path: Path) -> None:
     assert report.environment.get("per_device_train_batch_size") == "8"
     assert report.primary is not None
     assert "from 8 to 4" in report.primary.remediation
+
+
+def test_main_owns_the_error_policy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crashlens import session
+    from crashlens.cli import main
+
+    job = str(FIXTURES / "gpu" / "cuda_oom_single")
+    assert main(["analyze", job, "-q"]) == ExitCode.FAILURE_FOUND
+    assert main(["analyze", "--skew", "node-01=soon", job]) == ExitCode.USAGE
+    assert "expected HOST=+SECONDS" in capsys.readouterr().err
+    assert main(["no-such-command"]) == ExitCode.USAGE
+    assert "No such command" in capsys.readouterr().err
+
+    def broken(self: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(session.Session, "finish", broken)
+    assert main(["analyze", job]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error (RuntimeError: a bug)" in err
+    with pytest.raises(RuntimeError):
+        main(["analyze", job, "--traceback"])
+
+    def interrupted(self: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session.Session, "finish", interrupted)
+    assert main(["analyze", job]) == ExitCode.INTERRUPTED == 130
+
+
+def test_the_environment_decides_colour_and_width_once() -> None:
+    from crashlens.termenv import Environment
+
+    tty = Environment(stdout_isatty=True, stderr_isatty=False, columns=300)
+    assert tty.color() and not tty.color(stderr=True)
+    assert (tty.width(), tty.width(stderr=True)) == (160, 100)
+    assert not tty.without_color().color()
+    piped = Environment(stdout_isatty=False, stderr_isatty=False, force_color=True)
+    assert piped.color()
+    env = Environment.from_process({"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert env.no_color and not env.color()
+    assert not Environment.from_process({"FORCE_COLOR": "0"}).force_color

@@ -1,5 +1,7 @@
 """``python -m crashlens`` runs the command-line interface."""
 
+import sys
+
 from crashlens.cli import main
 
-main()
+sys.exit(main())

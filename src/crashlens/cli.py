@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.ruletest import fixture_files, run_fixture
 from crashlens.session import Session
+from crashlens.termenv import PIPE_WIDTH, Environment
 
 app = typer.Typer(
     name="crashlens",
@@ -119,7 +119,7 @@ def analyze(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stdout.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour.")] = False,
-    show_traceback: Annotated[
+    show_traceback: Annotated[  # read by main(), which owns the error policy
         bool, typer.Option("--traceback", help="Show internal errors in full.")
     ] = False,
     repro: Annotated[
@@ -156,20 +156,18 @@ def analyze(
         _fail("only one format can go to stdout; give the others an --output file")
     if fail_on not in SEVERITY_WEIGHT:
         _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
+    # A bug is main()'s to report (one line; the traceback with --traceback).
+    overrides = parse_skew(skew or [])
     try:
         show = not quiet and sys.stderr.isatty()
         config = load_config()
         with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
             session = Session.configured(
-                rules or [], config=config, skew=parse_skew(skew or []), strict_rules=strict_rules
+                rules or [], config=config, skew=overrides, strict_rules=strict_rules
             )
             report = session.read_paths(paths, advance).finish()
     except CrashlensError as exc:
         _fail(str(exc))
-    except Exception as exc:  # the error policy lives here, not in the library
-        if show_traceback:
-            raise
-        _fail(f"internal error ({type(exc).__name__}: {exc}); rerun with --traceback and report it")
     if not quiet:
         for note in report.notes:
             typer.echo(f"crashlens: {note}", err=True)
@@ -219,9 +217,11 @@ def progress_bar(
 
 
 def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_color: bool) -> None:
-    to_tty = output is None and sys.stdout.isatty()
-    color = to_tty and not no_color and "NO_COLOR" not in os.environ
-    width = min(max(shutil.get_terminal_size().columns, 60), 160) if to_tty else 100
+    env = Environment.from_process()
+    env = env.without_color() if no_color else env
+    to_stdout = output is None
+    color = to_stdout and env.color()
+    width = env.width() if to_stdout else PIPE_WIDTH
     text = render(report, fmt, color=color, width=width)
     if output is not None:
         try:
@@ -318,6 +318,36 @@ def rules_test(
     raise typer.Exit(1 if failed else 0)
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: runs one command and owns the error policy.
+
+    Every way out is an :class:`ExitCode`: the command's own, 2 for a usage or input error
+    (one line, no traceback), 130 for Ctrl-C, and 2 with a one-line "internal error" (the
+    traceback only with ``--traceback``) for a bug.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("crashlens: interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except CrashlensError as exc:
+        for line in str(exc).splitlines() or [""]:
+            typer.echo(f"crashlens: error: {line}", err=True)
+        return int(ExitCode.USAGE)
+    except Exception as exc:  # the error policy lives here: report, never a raw traceback
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
+            show()  # a usage error (bad option, unknown command): click's message
+            return int(ExitCode.USAGE)
+        if "--traceback" in args:
+            raise
+        typer.echo(
+            f"crashlens: error: internal error ({type(exc).__name__}: {exc}); "
+            "rerun with --traceback and report it",
+            err=True,
+        )
+        return int(ExitCode.USAGE)
+    return int(code) if isinstance(code, int) else int(ExitCode.OK)

@@ -14,8 +14,6 @@ No analysis happens here either: ``run`` analyses what it captured with a
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +27,7 @@ from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import FORMATS, render
 from crashlens.render.slack import post_slack
 from crashlens.session import Session
+from crashlens.termenv import Environment
 from crashlens.watch import READ_CAP, Alert, HookRunner, Watcher, follow
 from crashlens.wrap import WrapResult, default_log_dir, run_and_tee
 
@@ -147,8 +146,9 @@ def _diagnose(
     except Exception as exc:  # the wrapped job's status matters more than our own failure
         _warn(f"error: internal error in the diagnosis ({type(exc).__name__}: {exc})")
         return
-    color = color and sys.stderr.isatty() and "NO_COLOR" not in os.environ
-    width = min(max(shutil.get_terminal_size().columns, 60), 160) if color else 100
+    env = Environment.from_process()
+    color = color and env.color(stderr=True)
+    width = env.width(stderr=True)
     sys.stderr.write(render(report, "text", color=color, width=width))
     sys.stderr.flush()
     for fmt, path in zip(formats, files, strict=True):
