@@ -161,21 +161,23 @@ def test_loader_validates_when_and_facts(tmp_path: Path) -> None:
         root.mkdir()
         (root / f"{rule_id}.yaml").write_text(RULE.format(id=rule_id, extra=extra))
         with pytest.raises(RuleError) as err:
-            load_rules([root], include_default=False)
+            load_rules([root], include_default=False, strict=True)
         assert f"{rule_id}.yaml:" in str(err.value)
+        [skipped] = load_rules([root], include_default=False).skipped  # left out, with a note
+        assert f"{rule_id}.yaml:" in skipped
     root = tmp_path / "both"
     root.mkdir()
     (root / "both.yaml").write_text(
         RULE.format(id="both", extra="facts: {test: differs, keys: [nccl]}")
     )
     with pytest.raises(RuleError, match="has no 'detectors'"):
-        load_rules([root], include_default=False)
+        load_rules([root], include_default=False, strict=True)
     (root / "both.yaml").write_text(
         "id: both\ntitle: t\nclass: version_mismatch\nseverity: low\n"
         "facts: {test: newest, keys: [nccl]}\n"
     )
     with pytest.raises(RuleError, match="'test' must be one of"):
-        load_rules([root], include_default=False)
+        load_rules([root], include_default=False, strict=True)
 
 
 def test_version_matrix_errors_name_file_and_line(tmp_path: Path) -> None:
