@@ -251,3 +251,11 @@ def test_the_rank_the_others_wait_for_is_the_culprit() -> None:
     assert report.first_failure is not None
     assert (report.first_failure.kind, report.first_failure.rank) == ("hang", 0)
     assert "waited for rank 0" in report.first_failure.text
+
+
+def test_torch_2_1s_capacty_spelling_still_gives_the_free_memory() -> None:
+    # hiyouga/LLaMA-Factory#1936: torch 2.1 printed "has a total capacty of".
+    report = _report(CORPUS / "tune" / "hiyouga-llamafactory-1936")
+    assert report.primary is not None and report.primary.rule_id == "cuda-oom"
+    assert report.primary.match.fields.get("free") == "93.81 MiB"
+    assert "(with 93.81 MiB free)" in report.primary.remediation

@@ -72,6 +72,12 @@ def _literal_runs(branch: str) -> list[str]:
         if c == "\\":
             esc = nxt
             i += 2
+            if esc in _CODE_ESCAPES or esc.isdigit():
+                # \x41, \u00e9, \N{...}, octal and backreferences: a character (or a group)
+                # that is not the escape's own letters; skip its payload and end the run.
+                cut()
+                i = _skip_code(branch, i, esc)
+                continue
             if esc in _ESCAPED_LITERAL:
                 if branch[i : i + 1] in ("?", "*") or branch[i : i + 2] == "{0":
                     cut()
@@ -108,6 +114,22 @@ def _literal_runs(branch: str) -> list[str]:
         i += 1
     cut()
     return runs
+
+
+#: Escapes whose payload codes a character: ``\x41``, ``\u00e9``, ``\U0001f600``, ``\N{...}``.
+_CODE_ESCAPES = {"x": 2, "u": 4, "U": 8, "N": 0}
+
+
+def _skip_code(branch: str, i: int, esc: str) -> int:
+    """The index after the payload of a coded escape whose letter ended at ``i``."""
+    if esc.isdigit():
+        while i < len(branch) and branch[i].isdigit():
+            i += 1
+        return i
+    if branch[i : i + 1] == "{":
+        end = branch.find("}", i)
+        return len(branch) if end < 0 else end + 1
+    return i + _CODE_ESCAPES[esc]
 
 
 def class_end(pattern: str, i: int) -> int:

@@ -410,6 +410,8 @@ def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
         raise _fail(f"detector '{name}': invalid regex: {exc}", path, spec) from None
     except (RecursionError, MemoryError):
         raise _fail(f"detector '{name}': regex is too complex to compile", path, spec) from None
+    # An inline (?i) makes the prefilter case-insensitive too, or it would miss "CUDA ERROR".
+    ignore_case = ignore_case or bool(pattern.flags & regex.IGNORECASE)
     scope = spec.get("scope", "line")
     if scope not in ("line", "exception", "traceback"):
         raise _fail(f"detector '{name}': scope must be line, exception or traceback", path, spec)
