@@ -204,8 +204,8 @@ def test_lint_reports_duplicates_and_backtracking(tmp_path: Path) -> None:
         RULE.format(id="slow", extra="").replace("'MYFW-NCCL failure'", "'MYFW (\\w+\\s?)+ end'")
     )
     issues = [str(i) for i in lint(load_rules([root], include_default=False))]
-    assert any("b/dup.yaml:1: dup: duplicate id: also defined at" in i for i in issues), issues
-    assert any("slow.yaml:1: slow: detector 'err' can backtrack" in i for i in issues), issues
+    assert any("b/dup.yaml:1: CL007 error: dup: duplicate id: also defined at" in i for i in issues)
+    assert any("slow.yaml:1: CL003 error: slow: detector 'err' can backtrack" in i for i in issues)
     # overriding a bundled rule from another directory is not a duplicate
     (tmp_path / "override").mkdir()
     (tmp_path / "override" / "cuda-oom.yaml").write_text(RULE.format(id="cuda-oom", extra=""))

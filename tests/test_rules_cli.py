@@ -65,9 +65,23 @@ def test_lint_cli_reports_duplicate_ids_and_backtracking(tmp_path: Path) -> None
         (rules / sub / "my-rule.yaml").write_text(text)
     linted = runner.invoke(app, ["rules", "lint", "--rules", str(rules)])
     assert linted.exit_code == 1
-    where = f"{rules / 'b' / 'my-rule.yaml'}:1: my-rule: duplicate id: also defined at"
+    where = f"{rules / 'b' / 'my-rule.yaml'}:1: CL007 error: my-rule: duplicate id: also defined at"
     assert where in linted.stdout
-    assert "detector 'b' can backtrack catastrophically" in linted.stdout
+    assert "CL003 error: my-rule: detector 'b' can backtrack catastrophically" in linted.stdout
+
+
+def test_lint_names_a_repro_and_sources_that_cannot_be(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    (rules / "my-rule").mkdir(parents=True)
+    text = RULE.replace("references:", "repro: no-such-repro\nreferences:")
+    text = text.replace(
+        "    regex: '\\d+\\s+\\w+'", "    regex: 'MYFW-ABORT'\n    sources: [launcher]"
+    )
+    (rules / "my-rule.yaml").write_text(text)
+    linted = runner.invoke(app, ["rules", "lint", "--rules", str(rules)])
+    assert linted.exit_code == 1
+    assert "CL005 error: my-rule: repro 'no-such-repro' names no script" in linted.stdout
+    assert "CL006 error: my-rule: detector 'b': no input is ever read as launcher" in linted.stdout
 
 
 def test_rules_test_runs_fact_only_rules() -> None:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from crashlens.rulebase.schema import Rule
 
 SourceKind = Literal["worker", "launcher", "kernel", "scheduler", "errorfile"]
+#: The kinds ingest actually gives files (``launcher`` is reserved: no input is read as one).
+PRODUCED_SOURCE_KINDS: tuple[SourceKind, ...] = ("worker", "kernel", "scheduler", "errorfile")
 
 #: The stable root-cause vocabulary users aggregate on; rules map many-to-one onto it.
 CAUSE_CLASSES: tuple[str, ...] = (

@@ -2,32 +2,165 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from crashlens.model import PRODUCED_SOURCE_KINDS
 from crashlens.rulebase.literals import class_end
 from crashlens.rulebase.schema import Rule, RuleSet
+
+Severity = Literal["error", "warning"]
 
 
 @dataclass(frozen=True, slots=True)
 class LintIssue:
-    """One problem with one rule."""
+    """One problem with one rule, found by the validator ``code``."""
 
     rule_id: str
     path: str
     line: int
     message: str
+    code: str = ""
+    severity: Severity = "error"
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.rule_id}: {self.message}"
+        return (
+            f"{self.path}:{self.line}: {self.code} {self.severity}: {self.rule_id}: {self.message}"
+        )
 
 
-def lint(rules: RuleSet) -> list[LintIssue]:
+class Validator:
+    """A check of one rule (pySigma's rule validators): a code, a severity, messages."""
+
+    code = ""
+    severity: Severity = "error"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        """The problems of ``rule`` in ``rules``, one message each."""
+        raise NotImplementedError
+
+
+class IdIsFileName(Validator):
+    code = "CL001"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        stem = Path(rule.path).stem
+        if stem != rule.id:
+            yield f"id must equal the file name '{stem}'"
+
+
+class OneLineTitle(Validator):
+    code = "CL002"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        if "\n" in rule.title:
+            yield "title must be one line"
+
+
+class NoBacktracking(Validator):
+    code = "CL003"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        for det in rule.detectors:
+            risky = backtracking_risk(det.pattern.pattern)
+            if risky is not None:
+                yield (
+                    f"detector '{det.name}' can backtrack catastrophically: {risky!r} repeats a "
+                    "group that itself has an unbounded quantifier; make the repetitions "
+                    "unambiguous (start the group with a literal) or bound them"
+                )
+
+
+class KnownExplains(Validator):
+    code = "CL004"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        for target in rule.explains:
+            if not target.startswith("class:") and target not in rules.by_id:
+                yield f"explains unknown rule '{target}'"
+
+
+class KnownRepro(Validator):
+    code = "CL005"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        if rule.repro is not None and not (REPRO_SCRIPTS / f"{rule.repro}.py").is_file():
+            yield f"repro '{rule.repro}' names no script in crashlens/repro/scripts/"
+
+
+class SourcesThatOccur(Validator):
+    code = "CL006"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        for det in rule.detectors:
+            never = sorted((det.sources or frozenset()) - set(PRODUCED_SOURCE_KINDS))
+            if never:
+                yield (
+                    f"detector '{det.name}': no input is ever read as {', '.join(never)} "
+                    f"(sources are {', '.join(PRODUCED_SOURCE_KINDS)}): it can never fire"
+                )
+
+
+class LiteralAnchor(Validator):
+    code = "CL101"
+    severity: Severity = "warning"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        for det in rule.detectors:
+            if det.scope == "line" and not det.literals:
+                yield (
+                    f"detector '{det.name}' has no literal anchor (runs on every line); "
+                    "add contains:"
+                )
+
+
+class HasRemediation(Validator):
+    code = "CL102"
+    severity: Severity = "warning"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        if not rule.remediation:
+            yield "no remediation"
+        if not rule.references:
+            yield "no references"
+
+
+class HasFixtures(Validator):
+    code = "CL103"
+    severity: Severity = "warning"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        fixtures = Path(rule.path).with_suffix("")
+        if not fixtures.is_dir():
+            yield f"no fixture directory {fixtures.name}/"
+
+
+VALIDATORS: tuple[Validator, ...] = (
+    IdIsFileName(),
+    OneLineTitle(),
+    NoBacktracking(),
+    KnownExplains(),
+    KnownRepro(),
+    SourcesThatOccur(),
+    LiteralAnchor(),
+    HasRemediation(),
+    HasFixtures(),
+)
+#: Where the repro scripts live (rules name them by ``repro:``).
+REPRO_SCRIPTS = Path(__file__).resolve().parents[1] / "repro" / "scripts"
+
+
+def lint(rules: RuleSet, validators: Iterable[Validator] = VALIDATORS) -> list[LintIssue]:
     """Every issue in ``rules``, in rule order, then ids defined twice in one directory."""
-    issues: list[LintIssue] = []
-    for rule in rules.rules:
-        issues.extend(LintIssue(rule.id, rule.path, rule.line, m) for m in _problems(rule, rules))
+    checks = list(validators)
+    issues = [
+        LintIssue(rule.id, rule.path, rule.line, message, v.code, v.severity)
+        for rule in rules.rules
+        for v in checks
+        for message in v.check(rule, rules)
+    ]
     for replaced, replacement in rules.duplicates:
         issues.append(
             LintIssue(
@@ -36,6 +169,7 @@ def lint(rules: RuleSet) -> list[LintIssue]:
                 replacement.line,
                 f"duplicate id: also defined at {replaced.path}:{replaced.line} "
                 "(only the later file is used)",
+                "CL007",
             )
         )
     return issues
@@ -168,35 +302,3 @@ def _literal_start(pattern: str, i: int) -> bool:
         nxt = i + 1
     quant, _ = _quantifier(pattern, nxt)
     return quant == ""
-
-
-def _problems(rule: Rule, rules: RuleSet) -> list[str]:
-    out = []
-    stem = Path(rule.path).stem
-    if stem != rule.id:
-        out.append(f"id must equal the file name '{stem}'")
-    if not rule.remediation:
-        out.append("no remediation")
-    if not rule.references:
-        out.append("no references")
-    if "\n" in rule.title:
-        out.append("title must be one line")
-    for det in rule.detectors:
-        risky = backtracking_risk(det.pattern.pattern)
-        if risky is not None:
-            out.append(
-                f"detector '{det.name}' can backtrack catastrophically: {risky!r} repeats a "
-                "group that itself has an unbounded quantifier; make the repetitions "
-                "unambiguous (start the group with a literal) or bound them"
-            )
-        if det.scope == "line" and not det.literals:
-            out.append(
-                f"detector '{det.name}' has no literal anchor (runs on every line); add contains:"
-            )
-    for target in rule.explains:
-        if not target.startswith("class:") and target not in rules.by_id:
-            out.append(f"explains unknown rule '{target}'")
-    fixtures = Path(rule.path).with_suffix("")
-    if not fixtures.is_dir():
-        out.append(f"no fixture directory {fixtures.name}/")
-    return out
