@@ -40,7 +40,7 @@ from pathlib import Path
 
 from crashlens.ingest.discover import attribute, discover
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
-from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, sniff
+from crashlens.ingest.read import MAX_LINE, NotText, cap_line, iter_lines, sniff
 from crashlens.model import Fact, Hit, Source
 from crashlens.parse import (
     SNIFF_LINES,
@@ -55,7 +55,6 @@ from crashlens.session import Session
 #: Most bytes read from one file in one pass while following; a busy file cannot starve the
 #: others, and a watcher that falls behind still advances every file each pass.
 READ_CAP = 8 << 20
-_TRUNCATED = " …[line truncated by crashlens]"
 #: Warn (at most every LAG_WARN_EVERY_S) when this much appended data is still unread.
 LAG_WARN_BYTES = 64 << 20
 LAG_WARN_EVERY_S = 60.0
@@ -250,7 +249,7 @@ class Watcher:
             self._block(tail, complete)
         if len(rest) > MAX_LINE:
             tail.lines += 1
-            text = rest[:MAX_LINE].decode("utf-8", "replace") + _TRUNCATED
+            text = cap_line(rest[: MAX_LINE * 4].decode("utf-8", "replace"))
             self._lines(tail, [(tail.lines, text)])
             tail.dropping = True
             rest = b""

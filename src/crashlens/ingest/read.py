@@ -23,6 +23,12 @@ CHUNK = 1 << 18
 MAX_LINE = 16 * 1024
 _TRUNCATED = " …[line truncated by crashlens]"
 
+
+def cap_line(text: str) -> str:
+    """``text`` cut to :data:`MAX_LINE` characters, marked when cut (the one place lines are)."""
+    return text if len(text) <= MAX_LINE else text[:MAX_LINE] + _TRUNCATED
+
+
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "gzip"),
     (b"BZh", "bzip2"),
@@ -193,13 +199,11 @@ def iter_lines(
                 if dropping:
                     dropping = False
                     continue
-                if len(piece) > MAX_LINE:
-                    piece = piece[:MAX_LINE] + _TRUNCATED
-                yield from _split_cr(lineno, piece)
+                yield from _split_cr(lineno, cap_line(piece))
             if len(pending) > MAX_LINE:
                 if not dropping:
                     lineno += 1
-                    yield lineno, pending[:MAX_LINE] + _TRUNCATED
+                    yield lineno, cap_line(pending)
                     lineno -= 1  # the physical line ends later; count it once, at its newline
                 dropping = True
                 pending = ""

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style, strip
-from crashlens.ingest.read import MAX_LINE, Readable, iter_lines
+from crashlens.ingest.read import Readable, cap_line, iter_lines
 from crashlens.model import FileResult, Source
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.scan import (
@@ -34,7 +34,6 @@ __all__ = [
     "scan_block",
     "scanner_for",
 ]
-_TRUNCATED = " …[line truncated by crashlens]"
 
 
 def scanner_for(matcher: LineMatcher) -> TriggerScanner | None:
@@ -120,8 +119,7 @@ def _feed_one(parser: FileParser, block: bytes, pos: int, lineno: int) -> tuple[
     if end < 0:
         end = len(block)
     text = block[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
-    if len(text) > MAX_LINE:
-        text = text[:MAX_LINE] + _TRUNCATED
+    text = cap_line(text)
     lineno += 1
     if "\r" in text:
         for part in text.split("\r"):

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import iso
-from crashlens.render.text import clean
+from crashlens.render.text import clean, rank_list
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence
@@ -69,7 +69,7 @@ def _message(cause: Cause, ev: Evidence | None) -> str:
     ranks = cause.match.ranks
     lines = [
         f"{rule.title} [{rule.id}], {kind}, confidence {cause.confidence:.2f}"
-        + (f", ranks {_ranks(ranks)}" if ranks else "")
+        + (f", ranks {rank_list(ranks)}" if ranks else "")
     ]
     if ev is not None:
         who = "" if ev.rank is None else f"rank {ev.rank}: "
@@ -81,12 +81,6 @@ def _message(cause: Cause, ev: Evidence | None) -> str:
         lines.append(cause.remediation)
     text = clean("\n".join(lines))
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " …"
-
-
-def _ranks(ranks: list[int]) -> str:
-    if len(ranks) <= 8:
-        return ", ".join(map(str, ranks))
-    return f"{', '.join(map(str, ranks[:6]))}, ... ({len(ranks)} ranks)"
 
 
 # --- JUnit XML --------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import headline, iso
-from crashlens.render.text import clean
+from crashlens.render.text import clean, rank_list
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence
@@ -160,7 +160,7 @@ def _cause(i: int, cause: Cause) -> str:
         f'<span class="badge">{esc(kind_label)}</span>',
     ]
     if ranks:
-        meta.append(f'<span class="badge">ranks {esc(_ranks(ranks))}</span>')
+        meta.append(f'<span class="badge">ranks {esc(rank_list(ranks))}</span>')
     if cause.match.hosts:
         meta.append(f'<span class="badge">hosts {esc(", ".join(cause.match.hosts[:8]))}</span>')
     evidence = "\n".join(_evidence(ev) for ev in cause.evidence)
@@ -209,7 +209,7 @@ def _evidence(ev: Evidence) -> str:
 def _explains_table(cause: Cause) -> str:
     rows = "".join(
         f"<tr><td>{esc(e.title)}</td><td><code>{esc(e.rule_id)}</code></td>"
-        f"<td>{esc(e.cls)}</td><td class='n'>{e.count}</td><td>{esc(_ranks(list(e.ranks)))}</td>"
+        f"<td>{esc(e.cls)}</td><td class='n'>{e.count}</td><td>{esc(rank_list(list(e.ranks)))}</td>"
         f"<td>{esc(_when(e.first_seen, inferred=False))}</td></tr>"
         for e in cause.explains
     )
@@ -218,14 +218,6 @@ def _explains_table(cause: Cause) -> str:
         '<table class="grid"><thead><tr><th>Symptom</th><th>Rule</th><th>Class</th>'
         f"<th>Count</th><th>Ranks</th><th>First seen</th></tr></thead><tbody>{rows}</tbody></table>"
     )
-
-
-def _ranks(ranks: list[int]) -> str:
-    if not ranks:
-        return "-"
-    if len(ranks) <= 10:
-        return ", ".join(map(str, ranks))
-    return f"{', '.join(map(str, ranks[:8]))}, … ({len(ranks)} ranks)"
 
 
 # --- cascade summary --------------------------------------------------------------------------
@@ -247,7 +239,7 @@ def _cascade(report: Report) -> str:
         what = "; ".join(f"{t} (×{n}), caused by {c}" for t, c, n, _ in entries)
         rows.append(
             f"<tr><td><span class='badge cls'>{esc(cls)}</span></td><td class='n'>{total}</td>"
-            f"<td>{esc(_ranks(ranks))}</td><td>{esc(what)}</td></tr>"
+            f"<td>{esc(rank_list(ranks))}</td><td>{esc(what)}</td></tr>"
         )
     return (
         '<section class="card">\n<h2>Cascade: symptoms explained</h2>\n'

@@ -109,7 +109,7 @@ def _cause_panel(i: int, cause: Cause) -> Panel:
     head.append(f"[{rule.id}]  severity {rule.severity}", "dim")
     ranks = cause.match.ranks
     if ranks:
-        head.append(f"\nranks: {_ranks(ranks)}")
+        head.append(f"\nranks: {rank_list(ranks)}")
     parts.append(head)
     parts.append(Text("Evidence:", "bold"))
     for ev in cause.evidence[:MAX_EVIDENCE_SHOWN]:
@@ -120,7 +120,7 @@ def _cause_panel(i: int, cause: Cause) -> Panel:
     if cause.explains:
         parts.append(Text("Explains (symptoms, not causes):", "bold"))
         for e in cause.explains:
-            where = f" on ranks {_ranks(list(e.ranks))}" if e.ranks else ""
+            where = f" on ranks {rank_list(list(e.ranks))}" if e.ranks else ""
             parts.append(Text(f"  - {e.title} [{e.rule_id}] x{e.count}{where}"))
     if cause.remediation:
         parts.append(Text("Remediation:", "bold"))
@@ -141,10 +141,13 @@ def _evidence(ev: Evidence) -> Text:
     return line
 
 
-def _ranks(ranks: list[int]) -> str:
+def rank_list(ranks: list[int]) -> str:
+    """Ranks for a report line: all of up to 8, else the first 6 and how many (``-``: none)."""
+    if not ranks:
+        return "-"
     if len(ranks) <= 8:
         return ", ".join(map(str, ranks))
-    return f"{', '.join(map(str, ranks[:6]))}, ... ({len(ranks)} ranks)"
+    return f"{', '.join(map(str, ranks[:6]))}, … ({len(ranks)} ranks)"
 
 
 def _inventory(report: Report) -> Text:

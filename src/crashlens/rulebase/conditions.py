@@ -19,7 +19,6 @@ MATRIX_WORDS = ("known-problem", "recommended", "outside-recommended")
 _CLAUSE = regex.compile(
     r"\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<v>\d{1,9}(?:\.\d{1,9}){0,5})(?P<star>\.\*)?\s*"
 )
-_OPS = (">=", "<=", "==", "!=", ">", "<")
 
 
 def parse_spec(text: str) -> VersionSpec:
