@@ -16,3 +16,22 @@ def test_fill_drops_asides_with_unknown_values_and_marks_other_unknowns() -> Non
 def test_fill_leaves_malformed_templates_and_plain_parentheses_alone() -> None:
     assert fill("use {medium: Memory} (see docs)", {}) == "use {medium: Memory} (see docs)"
     assert fill("raise the limit (ulimit -n)", {}) == "raise the limit (ulimit -n)"
+
+
+def test_reserved_fields_are_typed_once_and_never_guessed() -> None:
+    from crashlens.model import Evidence, Hit, Roles
+
+    roles = Roles.of(
+        {"pid": "4971", "pids": "4971, 4972", "tasks": "3", "uptime_s": "12.5", "exitcode": "-9",
+         "last_completed": "15416", "waits_on": "zero", "local_rank": "x1"}
+    )  # fmt: skip
+    assert roles.pids == (4971, 4972) and roles.pid == 4971
+    assert (roles.rank, roles.exitcode, roles.uptime_s, roles.last_completed) == (
+        3,
+        -9,
+        12.5,
+        15416,
+    )
+    assert roles.waits_on is None and roles.local_rank is None  # unparsable: left out
+    hit = Hit("r", "d", Evidence("f", 1, None, None, None, False, "t"), {"pid": "7"})
+    assert hit.roles.pid == 7  # a hit types its fields when it is made

@@ -222,10 +222,9 @@ def join_pids(hits: list[Hit], ranks: list[RankSummary]) -> list[Hit]:
             by_pid[pid].add(r.rank)
     out = []
     for h in hits:
-        pid_text = h.fields.get("pid", "")
-        if h.evidence.rank is None and pid_text.isdigit():
-            pid = int(pid_text)
-            found = by_host.get((h.evidence.host, pid)) or by_pid.get(pid, set())
+        named = h.roles.pid
+        if h.evidence.rank is None and named is not None:
+            found = by_host.get((h.evidence.host, named)) or by_pid.get(named, set())
             if len(found) == 1:
                 rank = next(iter(found))
                 h = dataclasses.replace(h, evidence=dataclasses.replace(h.evidence, rank=rank))
@@ -241,24 +240,24 @@ def wall_clock_for_uptime(hits: list[Hit]) -> list[Hit]:
     fixes that kernel file's boot time; every line of the file then gets a wall time (marked
     inferred). Without such a pair the lines keep no time and say so.
     """
-    timed_pids: dict[str, float] = {}
+    timed_pids: dict[int, float] = {}
     for h in hits:
-        pid = h.fields.get("pid") or h.fields.get("pids", "").split(",")[0].strip()
-        if pid and "uptime_s" not in h.fields and h.evidence.time is not None:
+        pid = h.roles.pid
+        if pid is not None and h.roles.uptime_s is None and h.evidence.time is not None:
             timed_pids.setdefault(pid, h.evidence.time)
     boot: dict[str, float] = {}
     for h in hits:
-        kernel_pid, up = h.fields.get("pid"), h.fields.get("uptime_s")
-        if kernel_pid and up and kernel_pid in timed_pids and h.evidence.file not in boot:
-            boot[h.evidence.file] = timed_pids[kernel_pid] - float(up)
+        kernel_pid, up = h.roles.pid, h.roles.uptime_s
+        if up is not None and kernel_pid in timed_pids and h.evidence.file not in boot:
+            boot[h.evidence.file] = timed_pids[kernel_pid] - up
     if not boot:
         return hits
     out = []
     for h in hits:
-        uptime = h.fields.get("uptime_s")
+        uptime = h.roles.uptime_s
         base = boot.get(h.evidence.file)
-        if uptime and base is not None and h.evidence.time is None:
-            ev = dataclasses.replace(h.evidence, time=base + float(uptime), time_inferred=True)
+        if uptime is not None and base is not None and h.evidence.time is None:
+            ev = dataclasses.replace(h.evidence, time=base + uptime, time_inferred=True)
             h = dataclasses.replace(h, evidence=ev)
         out.append(h)
     return out
@@ -268,10 +267,10 @@ def join_local_ranks(hits: list[Hit], rank_map: Mapping[tuple[str, int], int]) -
     """Attribute launcher lines that name a local rank on a host (``--local_rank=1``)."""
     out = []
     for h in hits:
-        local = h.fields.get("local_rank", "")
+        local = h.roles.local_rank
         ev = h.evidence
-        if ev.rank is None and ev.host and local.isdigit():
-            rank = rank_map.get((ev.host, int(local)))
+        if ev.rank is None and ev.host and local is not None:
+            rank = rank_map.get((ev.host, local))
             if rank is not None:
                 h = dataclasses.replace(h, evidence=dataclasses.replace(ev, rank=rank))
         out.append(h)
@@ -376,9 +375,7 @@ def build_frame(
     rows: list[dict[str, object]] = []
     for h in hits:
         ev = h.evidence
-        pid_text = h.fields.get("pid", "")
-        pid = int(pid_text) if pid_text.isdigit() else None
-        rows.append(_row(ev, pid=pid, kind="signal", signal=h.rule_id))
+        rows.append(_row(ev, pid=h.roles.pid, kind="signal", signal=h.rule_id))
     for tb in tracebacks:
         final = tb.final
         rows.append(

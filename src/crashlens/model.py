@@ -114,6 +114,64 @@ class Traceback:
         return self.exceptions[-1]
 
 
+def _int(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """A hit's reserved capture fields, typed once when the hit is frozen.
+
+    Rules name capture groups freely (``{size}`` in a remediation); these names have a meaning
+    the analyzer acts on (docs/rules.md, "Reserved fields"): who (``rank``, ``local_rank``,
+    ``tasks``, ``host``, ``pid``, ``pids``), when (``uptime_s``), how a process ended
+    (``exitcode``, ``signal``), and who waits for whom (``last_completed``, ``waits_on``).
+    A value that does not parse is left out, never guessed.
+    """
+
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pids: tuple[int, ...] = ()
+    uptime_s: float | None = None
+    exitcode: int | None = None
+    signal: str | None = None
+    last_completed: int | None = None
+    waits_on: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The first (or only) pid named."""
+        return self.pids[0] if self.pids else None
+
+    @classmethod
+    def of(cls, fields: dict[str, str]) -> Roles:
+        """The reserved fields of a hit's captures, typed."""
+        pids = [p for p in (_int(x) for x in fields.get("pids", "").split(",")) if p is not None]
+        pid = _int(fields.get("pid"))
+        try:
+            uptime = float(fields["uptime_s"]) if "uptime_s" in fields else None
+        except ValueError:
+            uptime = None
+        # srun's "task 3" (a single task id) is the global rank torchrun-less jobs use.
+        rank = _int(fields.get("rank"))
+        return cls(
+            rank=rank if rank is not None else _int(fields.get("tasks")),
+            local_rank=_int(fields.get("local_rank")),
+            host=fields.get("host"),
+            pids=((pid,) if pid is not None else ()) + tuple(p for p in pids if p != pid),
+            uptime_s=uptime,
+            exitcode=_int(fields.get("exitcode")),
+            signal=fields.get("signal"),
+            last_completed=_int(fields.get("last_completed")),
+            waits_on=_int(fields.get("waits_on")),
+        )
+
+
+_UNSET_ROLES = Roles()
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """A rule detector matched a line (or a traceback) of the logs."""
@@ -124,6 +182,12 @@ class Hit:
     fields: dict[str, str]
     traceback_id: int | None = None
     fatal: bool | None = None
+    #: The reserved fields, typed (from ``fields`` unless given).
+    roles: Roles = field(default_factory=lambda: _UNSET_ROLES)
+
+    def __post_init__(self) -> None:
+        if self.roles is _UNSET_ROLES:
+            object.__setattr__(self, "roles", Roles.of(self.fields))
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,10 +316,10 @@ def _last_completed(matches: list[Match]) -> dict[int, int]:
     out: dict[int, int] = {}
     for m in matches:
         for h in m.hits:
-            value = h.fields.get("last_completed", "")
+            value = h.roles.last_completed
             rank = h.evidence.rank
-            if rank is not None and value.isdigit():
-                out[rank] = min(out.get(rank, int(value)), int(value))
+            if rank is not None and value is not None:
+                out[rank] = min(out.get(rank, value), value)
     return out
 
 
@@ -329,10 +329,10 @@ def _awaited(timeouts: list[Hit], waiting: set[int | None]) -> FirstFailure | No
     "[3] ... retrieving ncclUniqueId from [0] ... got error": only rank 0 can publish that
     key, so rank 0 is the culprit whoever timed out first.
     """
-    named = [h for h in timeouts if h.fields.get("waits_on", "").isdigit()]
+    named = [h for h in timeouts if h.roles.waits_on is not None]
     for h in sorted(named, key=lambda h: time_order(h.evidence)):
-        culprit = int(h.fields["waits_on"])
-        if culprit not in waiting:
+        culprit = h.roles.waits_on
+        if culprit is not None and culprit not in waiting:
             ev = h.evidence
             return FirstFailure(
                 rank=culprit,

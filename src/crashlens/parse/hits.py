@@ -13,7 +13,7 @@ from typing import Any
 
 import regex
 
-from crashlens.model import Evidence, ExceptionInfo, Hit, Source
+from crashlens.model import Evidence, ExceptionInfo, Hit, Roles, Source
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import PendingHit, Stream, stamp_setter
@@ -161,14 +161,11 @@ class HitCollector:
     def freeze(self, hit: PendingHit, verdicts: Verdicts) -> Hit:
         """The final :class:`Hit`: rank and host settled, the traceback's verdict applied."""
         stream = hit.stream
+        roles = Roles.of(hit.fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if rank is None:
-            # A message naming its rank ("[Rank 3]", Open MPI "process rank 3"), or srun's
-            # "task 3" (srun's task id is the global rank torchrun-less jobs use).
-            named = hit.fields.get("rank") or hit.fields.get("tasks", "")
-            if named.isdigit():
-                rank = int(named)
-        host = stream.host or hit.fields.get("host")
+            rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")
+        host = stream.host or roles.host
         if host is None and self.source.kind == "kernel":
             m = _SYSLOG_HOST.match(hit.text)
             host = m["host"] if m else None
@@ -192,4 +189,5 @@ class HitCollector:
             fields=hit.fields,
             traceback_id=tb_id,
             fatal=fatal,
+            roles=roles,
         )
