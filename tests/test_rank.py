@@ -10,7 +10,21 @@ def test_fill_drops_asides_with_unknown_values_and_marks_other_unknowns() -> Non
     assert fill(template, {"batch": "8", "half": "4", "gpu": "3", "precision": "bf16"}) == (
         "Halve the batch (from 8 to 4) on GPU 3; precision bf16."
     )
-    assert fill(template, {"gpu": "3"}) == "Halve the batch on GPU 3; precision (unknown)."
+    assert fill(template, {"gpu": "3"}) == "Halve the batch on GPU 3."
+
+
+def test_fill_reflows_items_and_drops_the_clauses_it_cannot_fill() -> None:
+    # rules/memory/kernel-oom-kill.yaml as the rule base words it, wrapped in the YAML
+    template = (
+        "In order:\n1. Lower per-node memory: num_workers {num_workers} -> {half_workers}, "
+        "datasets num_proc\n   {num_proc} -> {half_num_proc}, smaller prefetch_factor; avoid "
+        "copying large objects into\n   workers.\n2. Request more memory for {job}.\n"
+    )
+    assert fill(template, {"num_workers": "8", "half_workers": "4"}) == (
+        "In order:\n1. Lower per-node memory: num_workers 8 -> 4, smaller prefetch_factor; "
+        "avoid copying large objects into workers."
+    )
+    assert "(unknown)" not in fill(template, {})
 
 
 def test_fill_leaves_malformed_templates_and_plain_parentheses_alone() -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from crashlens import facts as facts_mod
@@ -46,11 +46,6 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _ASIDE = re.compile(r" ?\(([^()]*)\)")
 
 
-class _Defaulting(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return "(unknown)"
-
-
 def remediation(m: Match, environment: dict[str, str]) -> str:
     """The rule's remediation with ``{field}`` placeholders filled from the evidence and facts."""
     values = dict(m.fields)
@@ -66,19 +61,68 @@ def remediation(m: Match, environment: dict[str, str]) -> str:
 def fill(template: str, values: dict[str, str]) -> str:
     """Fill ``{field}`` placeholders from the evidence and environment facts.
 
-    An aside in parentheses whose placeholders are not all known is left out, so rules can
-    say "(from {per_device_train_batch_size} to {half_batch})" and read well either way; any
-    other unknown placeholder reads "(unknown)". Malformed templates are returned as written.
+    The template is Markdown: paragraphs and list items, wrapped in the YAML. Each is reflowed
+    to one line (a line break inside a sentence is not the reader's). What needs a value that
+    is not known is left out, never shown as "(unknown)": a parenthesised aside ("(from
+    {per_device_train_batch_size} to {half_batch})"), else the clause it sits in (between
+    commas, semicolons and a label's colon); an item left with nothing is dropped. Malformed
+    templates are returned as written.
     """
 
     def aside(m: re.Match[str]) -> str:
         names = _PLACEHOLDER.findall(m.group(1))
         return "" if any(n not in values for n in names) else m.group(0)
 
+    def known(text: str) -> bool:
+        return all(n in values for n in _PLACEHOLDER.findall(text))
+
+    blocks = []
+    for block in _blocks(_ASIDE.sub(aside, template)):
+        if not known(block):
+            block = _drop_clauses(block, known)
+        if block:
+            blocks.append(block)
     try:
-        return string.Formatter().vformat(_ASIDE.sub(aside, template), (), _Defaulting(values))
+        return string.Formatter().vformat("\n".join(blocks), (), values)
     except (ValueError, IndexError, AttributeError, KeyError):
         return template
+
+
+_ITEM = re.compile(r"(?:\d+\.|[-*]) ")
+_CLAUSE = re.compile(r"(?<=[,;])\s+|(?<=:)\s+")
+
+
+def _blocks(template: str) -> list[str]:
+    """Paragraphs and list items of a Markdown template, each on one line (blank: ``""``)."""
+    blocks: list[str] = []
+    open_block = False
+    for line in template.splitlines():
+        text = line.strip()
+        if not text:
+            if blocks and blocks[-1]:
+                blocks.append("")
+            open_block = False
+        elif open_block and not _ITEM.match(text):
+            blocks[-1] += " " + text
+        else:
+            blocks.append(text)
+            open_block = True
+    while blocks and not blocks[-1]:
+        blocks.pop()
+    return blocks
+
+
+def _drop_clauses(block: str, known: Callable[[str], bool]) -> str:
+    """``block`` without the clauses that need an unknown value ("" if nothing is left)."""
+    marker = _ITEM.match(block)
+    head = marker.group(0) if marker else ""
+    kept = [c for c in _CLAUSE.split(block[len(head) :]) if known(c)]
+    text = " ".join(kept).rstrip(",;: ")
+    if not text or text.endswith(":") or not any(ch.isalnum() for ch in text):
+        return ""
+    if block.rstrip().endswith(".") and not text.endswith("."):
+        text += "."
+    return head + text
 
 
 def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFailure | None]:
