@@ -92,4 +92,6 @@ def test_a_crashed_job_never_reads_no_failure_found(case: Any) -> None:
     text = render(report, "text", color=False, width=100)
     assert report.failed
     assert "No failure found" not in text
+    # a clause without its values is left out of the remediation
+    assert not [c.rule_id for c in report.causes if "(unknown)" in c.remediation]
     assert report.primary is not None and report.primary.evidence
