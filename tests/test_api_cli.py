@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -324,3 +325,32 @@ def test_the_environment_decides_colour_and_width_once() -> None:
     env = Environment.from_process({"NO_COLOR": "", "FORCE_COLOR": "1"})
     assert env.no_color and not env.color()
     assert not Environment.from_process({"FORCE_COLOR": "0"}).force_color
+
+
+def test_output_format_from_the_extension_and_never_onto_an_input(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURES / "gpu" / "cuda_oom_single", job)
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, ["analyze", str(job), "-o", str(out)])
+    assert result.exit_code == 1 and json.loads(out.read_text())["schema_version"] == 1
+    txt = runner.invoke(app, ["analyze", str(job), "-o", str(tmp_path / "report.txt")])
+    assert txt.exit_code == 2 and "give -f FORMAT" in txt.stderr
+    log = job / "train.log"
+    before = log.read_bytes()
+    onto = runner.invoke(app, ["analyze", str(job), "-f", "json", "-o", str(log)])
+    assert onto.exit_code == 2 and "is one of the inputs" in onto.stderr
+    assert log.read_bytes() == before
+
+
+def test_help_and_option_values_and_skew_warnings(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["analyze", "-h"]).exit_code == 0
+    shown = runner.invoke(app, ["analyze", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "critical, high, medium, low, info" in shown
+    job = str(FIXTURES / "gpu" / "cuda_oom_single")
+    result = runner.invoke(app, ["analyze", job, "--skew", "node-99=+2s"])
+    assert "--skew names host 'node-99', not in the logs" in result.stderr
+
+
+def test_rules_test_on_a_directory_without_fixtures_fails(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["rules", "test", str(tmp_path)])
+    assert result.exit_code == 2 and "no rule fixtures" in result.stderr

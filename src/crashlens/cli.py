@@ -42,6 +42,7 @@ from crashlens.termenv import PIPE_WIDTH, Environment
 
 app = typer.Typer(
     name="crashlens",
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Find the root cause of a crashed distributed training job from its logs.",
     no_args_is_help=True,
     add_completion=False,
@@ -112,7 +113,12 @@ def analyze(
         str | None, typer.Option("--post-slack", help="Post the Slack message to this webhook.")
     ] = None,
     fail_on: Annotated[
-        str, typer.Option("--fail-on", help="Exit 1 only for a cause of this severity or worse.")
+        str,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 only for a cause of this severity or worse: "
+            f"{', '.join(SEVERITY_WEIGHT)}.",
+        ),
     ] = "info",
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when a failure is found.")
@@ -145,8 +151,8 @@ def analyze(
     Several formats in one run: `-f html -o r.html -f json -o r.json` (the logs are parsed once).
     Exit codes: 0 no failure found, 1 failure found, 2 usage or input error.
     """
-    formats = fmts or ["text"]
     files = list(outputs or [])
+    formats = fmts or [_format_of(f) for f in files] or ["text"]
     for fmt in formats:
         if fmt not in FORMATS:
             _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
@@ -156,6 +162,7 @@ def analyze(
         _fail("only one format can go to stdout; give the others an --output file")
     if fail_on not in SEVERITY_WEIGHT:
         _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
+    _refuse_overwriting_inputs(files, paths)
     # A bug is main()'s to report (one line; the traceback with --traceback).
     overrides = parse_skew(skew or [])
     try:
@@ -169,6 +176,9 @@ def analyze(
     except CrashlensError as exc:
         _fail(str(exc))
     if not quiet:
+        hosts = {r.host for r in report.ranks if r.host}
+        for host in sorted(set(overrides) - hosts):
+            typer.echo(f"crashlens: warning: --skew names host '{host}', not in the logs", err=True)
         for note in report.notes:
             typer.echo(f"crashlens: {note}", err=True)
     for i, fmt in enumerate(formats):
@@ -230,6 +240,30 @@ def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_colo
             _fail(f"cannot write {output}: {exc.strerror}")
     elif not quiet:
         sys.stdout.write(text)
+
+
+#: ``-o FILE`` without ``-f``: the format its extension names.
+_EXTENSIONS = {".json": "json", ".html": "html", ".htm": "html", ".md": "markdown", ".xml": "junit"}
+
+
+def _format_of(output: Path) -> str:
+    fmt = _EXTENSIONS.get(output.suffix.lower())
+    if fmt is None:
+        _fail(
+            f"cannot tell the format of {output} from its extension "
+            f"({', '.join(_EXTENSIONS)}); give -f FORMAT"
+        )
+    return fmt
+
+
+def _refuse_overwriting_inputs(files: list[Path], paths: list[str]) -> None:
+    """A report never replaces a log it is about (crashlens never modifies its inputs)."""
+    inputs = [Path(p).resolve() for p in paths if p != "-"]
+    for out in files:
+        target = out.resolve()
+        for src in inputs:
+            if target == src or (src.is_dir() and target.exists() and src in target.parents):
+                _fail(f"--output {out} is one of the inputs; write the report elsewhere")
 
 
 def _exit_code(report: Report, fail_on: str, exit_zero: bool) -> ExitCode:
@@ -315,6 +349,8 @@ def rules_test(
             typer.echo(f"FAIL {path}: {problem}")
         failed += bool(problems)
     typer.echo(f"{len(files) - failed} passed, {failed} failed", err=True)
+    if not files:
+        _fail(f"no rule fixtures under {root} (rules/<area>/<id>/*.log beside <id>.yaml)")
     raise typer.Exit(1 if failed else 0)
 
 
