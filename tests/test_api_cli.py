@@ -354,3 +354,17 @@ def test_help_and_option_values_and_skew_warnings(tmp_path: Path) -> None:
 def test_rules_test_on_a_directory_without_fixtures_fails(tmp_path: Path) -> None:
     result = runner.invoke(app, ["rules", "test", str(tmp_path)])
     assert result.exit_code == 2 and "no rule fixtures" in result.stderr
+
+
+def test_nothing_readable_says_why_and_rules_list_as_json(tmp_path: Path) -> None:
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text("# notes\n")
+    (tmp_path / "c.log").write_bytes(b"\x00\x01\x02binary")
+    result = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "2 file(s) skipped: not a log (.md file)" in result.stderr
+    assert "1 file(s) skipped: binary file" in result.stderr
+    listed = json.loads(runner.invoke(app, ["rules", "list", "--format", "json"]).stdout)
+    assert {"id": "cuda-oom", "class": "cuda_oom"}.items() <= next(
+        r for r in listed if r["id"] == "cuda-oom"
+    ).items()

@@ -302,9 +302,20 @@ def _load(rules: list[Path] | None, *, strict: bool = False) -> RuleSet:
 
 
 @rules_app.command("list")
-def rules_list(rules: RulesOption = None) -> None:
-    """List every rule: id, class, kind, severity, title."""
-    for rule in sorted(_load(rules).rules, key=lambda r: (r.cls, r.id)):
+def rules_list(
+    rules: RulesOption = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """List every rule: id, class, kind, severity, title (and, as json, its file)."""
+    if fmt not in ("text", "json"):
+        _fail("--format must be text or json")
+    listed = sorted(_load(rules).rules, key=lambda r: (r.cls, r.id))
+    if fmt == "json":
+        keys = ("id", "cls", "kind", "severity", "title", "path")
+        rows = [{("class" if k == "cls" else k): getattr(r, k) for k in keys} for r in listed]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for rule in listed:
         typer.echo(f"{rule.id:32} {rule.cls:26} {rule.kind:8} {rule.severity:9} {rule.title}")
 
 

@@ -15,6 +15,7 @@ import itertools
 import multiprocessing
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -285,6 +286,13 @@ class Session:
         """The rules whose conditions hold over ``hits`` (with the environment ``facts``)."""
         return match(hits, self.rules, facts=facts)
 
+    def _why_nothing(self) -> str:
+        """Why no file could be read: each skip reason with its count, and the other notes."""
+        reasons = Counter(f.skipped for f in self.inputs if f.skipped)
+        said = [f"{n} file(s) skipped: {why}" for why, n in reasons.most_common()]
+        said += [n for n in self.notes if not n.startswith("skipped ")]
+        return "; ".join(said) or "no files found"
+
     def finish(self) -> Report:
         """Rank what was read into the report.
 
@@ -293,8 +301,7 @@ class Session:
         """
         notes = list(self.notes)
         if not self.results:
-            reasons = "; ".join(notes) if notes else "no files found"
-            raise NoInputError(f"nothing readable in the given paths ({reasons})")
+            raise NoInputError(f"nothing readable in the given paths ({self._why_nothing()})")
         timeline = self.timeline()
         causes, first = rank(self.match(timeline.hits, timeline.facts), timeline)
         notes.extend(f"detector {k} timed out and was skipped" for k in sorted(self.timeouts))
