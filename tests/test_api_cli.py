@@ -368,3 +368,18 @@ def test_nothing_readable_says_why_and_rules_list_as_json(tmp_path: Path) -> Non
     assert {"id": "cuda-oom", "class": "cuda_oom"}.items() <= next(
         r for r in listed if r["id"] == "cuda-oom"
     ).items()
+
+
+def test_reports_crashlens_wrote_are_not_read_back_as_logs(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURES / "gpu" / "cuda_oom_single", job)
+    first = analyze([job])
+    for fmt in ("json", "junit", "markdown", "text", "html"):
+        (job / f"report.{fmt}").write_text(render(first, fmt), encoding="utf-8")
+    again = analyze([job])
+    read = {Path(f.path).name for f in again.inputs if f.skipped is None}
+    assert not any(name.startswith("report.") for name in read)
+    notes = [n for n in again.notes if "report crashlens wrote" in n]
+    assert len(notes) == 4  # report.html is skipped by its extension already
+    cited = {Path(ev.file).name for c in again.causes for ev in c.evidence}
+    assert cited == {Path(ev.file).name for c in first.causes for ev in c.evidence}

@@ -12,6 +12,7 @@ import fcntl
 import io
 import lzma
 import os
+import re
 import stat
 import zlib
 from collections.abc import Callable, Iterator
@@ -67,7 +68,29 @@ def sniff(head: bytes) -> tuple[str | None, str]:
         return None, "utf-16"
     if head.startswith(_BINARY_MAGIC):
         raise NotText("binary file (known binary format)")
-    return None, _text_encoding(head)
+    encoding = _text_encoding(head)
+    written = report_format(head)
+    if written is not None:
+        raise NotText(f"a {written} report crashlens wrote, not a log")
+    return None, encoding
+
+
+#: How each crashlens report begins (render/): re-analysing a directory must not cite them.
+_REPORT_HEADS = (
+    ("json", re.compile(rb'\A\{\s*"schema_version": \d+,\s*"tool": \{\s*"name": "crashlens"')),
+    ("junit", re.compile(rb"\A<\?xml[^>]*>\s*<testsuites name=\"crashlens\"")),
+    ("html", re.compile(rb"\A<!DOCTYPE html>.{0,2000}?<title>crashlens report: ", re.S)),
+    ("markdown", re.compile(rb"\A## \S+ crashlens: ")),
+    ("text", re.compile(rb"\Acrashlens: [^\n]*\n(?:The process|Rank \d+|No failure found)")),
+)
+
+
+def report_format(head: bytes) -> str | None:
+    """The format of the crashlens report ``head`` begins, if it is one."""
+    for name, pattern in _REPORT_HEADS:
+        if pattern.match(head):
+            return name
+    return None
 
 
 def _text_encoding(head: bytes) -> str:
