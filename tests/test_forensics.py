@@ -105,20 +105,10 @@ def test_plain_dmesg_gets_wall_time_from_a_pid_shared_with_a_timed_event(tmp_pat
 
 
 def test_launcher_reports_are_put_on_the_reference_clock_like_their_evidence() -> None:
-    import itertools
-
-    from conftest import FIXTURES
+    from conftest import FIXTURES, parse_file
     from crashlens.align import align
-    from crashlens.model import Source
-    from crashlens.parse import LineMatcher, parse_lines
-    from crashlens.rulebase import load_rules
 
-    path = FIXTURES / "repro" / "rank_exception_cascade" / "console.log"
-    rules = load_rules()
-    lines = enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-    parsed = parse_lines(
-        Source(str(path)), lines, rules, LineMatcher(rules), year=2026, tb_ids=itertools.count()
-    )
+    parsed = parse_file(FIXTURES / "repro" / "rank_exception_cascade" / "console.log", 2026)
     plain = align([parsed]).failures
     shifted = align([parsed], {"localhost": 2.0}).failures
     assert plain and len(plain) == len(shifted)

@@ -7,19 +7,16 @@ Inputs: ``corpus/`` cases (transcribed from public issue threads, source in each
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
 
+from conftest import parse_file
 from crashlens import analyze
-from crashlens.model import Source
-from crashlens.parse import LineMatcher, parse_lines
 from crashlens.parse.text import glue_point
 from crashlens.parse.traceback import MAX_FRAMES, MAX_TEXT_LINES
 from crashlens.render import render
 from crashlens.report import Report
-from crashlens.rulebase import load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus"
@@ -165,12 +162,7 @@ def test_a_handled_traceback_never_leads_the_report() -> None:
 
 def test_hf_transformers_timestamps_are_read() -> None:
     # hiyouga/LLaMA-Factory#1092: "10/02/2023 06:37:37 - INFO - llmtuner..." lines.
-    path = CORPUS / "tune" / "hiyouga-llamafactory-1092" / "console.log"
-    rules = load_rules()
-    lines = enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-    result = parse_lines(
-        Source(str(path)), lines, rules, LineMatcher(rules), year=2023, tb_ids=itertools.count()
-    )
+    result = parse_file(CORPUS / "tune" / "hiyouga-llamafactory-1092" / "console.log", 2023)
     [summary] = result.ranks
     assert summary.first_time == pytest.approx(1696228657.0)  # 2023-10-02T06:37:37Z
 
