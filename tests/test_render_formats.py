@@ -440,3 +440,13 @@ def test_post_slack_connection_refused() -> None:
 def test_post_slack_rejects_non_http() -> None:
     with pytest.raises(CrashlensError, match="http"):
         slack.post_slack("file:///etc/passwd", "{}")
+
+
+def test_slack_cuts_evidence_between_words_and_lists_what_the_cause_explains() -> None:
+    data = json.loads(render(report_for("gpu/nccl_timeout_cascade"), "slack"))
+    texts = [b["text"]["text"] for b in data["blocks"] if "text" in b and "text" in b["text"]]
+    [evidence] = [t for t in texts if t.startswith("*Evidence*")]
+    first = evidence.split("\n", 1)[1].strip("`").splitlines()[0]
+    assert first.endswith("try setting …")  # a whole word, then the ellipsis
+    [explains] = [t for t in texts if t.startswith("*Explains*")]
+    assert "NCCL watchdog collective timeout (`nccl_timeout`) ×32 on ranks 0, 1, 2, 3" in explains

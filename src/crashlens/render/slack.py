@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from crashlens.errors import CrashlensError
 from crashlens.model import iso
-from crashlens.render.text import clean
+from crashlens.render.text import clean, rank_list
 
 if TYPE_CHECKING:
     from crashlens.report import Report
@@ -29,6 +29,7 @@ MAX_BLOCKS = 50
 MAX_FIELD = 2000
 MAX_EVIDENCE = 3
 MAX_EVIDENCE_LINE = 400
+MAX_EXPLAINED = 8
 _BROADCAST = re.compile(r"@(here|channel|everyone)\b", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`{3,}")
 _PARTIAL_ENTITY = re.compile(r"&[a-z]{0,3}$")
@@ -55,10 +56,21 @@ def reflow(text: str) -> str:
     return "\n\n".join(" ".join(x.strip() for x in p.splitlines()) for p in paras)
 
 
+def cut_words(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a word boundary, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip() + " …"
+
+
 def _code(lines: list[str], limit: int) -> str:
     """A code block whose body cannot close the fence early, cut to fit ``limit``."""
     body = "\n".join(
-        _BACKTICKS.sub(lambda m: ZWSP.join(m.group(0)), slack_escape(x[:MAX_EVIDENCE_LINE]))
+        _BACKTICKS.sub(
+            lambda m: ZWSP.join(m.group(0)), slack_escape(cut_words(x, MAX_EVIDENCE_LINE))
+        )
         for x in lines
     )
     return "```" + truncate(body, limit - 6) + "```"
@@ -101,6 +113,13 @@ def payload(report: Report) -> dict[str, Any]:
         evidence = [ev.text for ev in top.evidence[:MAX_EVIDENCE]]
         if evidence:
             blocks.append(_section("*Evidence*\n" + _code(evidence, MAX_SECTION - 20)))
+        if top.explains:
+            explained = [
+                f"• {slack_escape(e.title)} (`{slack_escape(e.cls)}`) ×{e.count}"
+                + (f" on ranks {rank_list(list(e.ranks))}" if e.ranks else "")
+                for e in top.explains[:MAX_EXPLAINED]
+            ]
+            blocks.append(_section("*Explains* (symptoms of this cause)\n" + "\n".join(explained)))
         if top.remediation:
             blocks.append(_section("*Remediation*\n" + slack_escape(reflow(top.remediation))))
     blocks.append(_context(report))
