@@ -126,7 +126,8 @@ class Roles:
     Rules name capture groups freely (``{size}`` in a remediation); these names have a meaning
     the analyzer acts on (docs/rules.md, "Reserved fields"): who (``rank``, ``local_rank``,
     ``tasks``, ``host``, ``pid``, ``pids``), when (``uptime_s``), how a process ended
-    (``exitcode``, ``signal``), and who waits for whom (``last_completed``, ``waits_on``).
+    (``exitcode``, ``signal``), and who waits for whom (``timeout_ms``, ``last_completed``,
+    ``waits_on``).
     A value that does not parse is left out, never guessed.
     """
 
@@ -139,6 +140,17 @@ class Roles:
     signal: str | None = None
     last_completed: int | None = None
     waits_on: int | None = None
+    timeout_ms: int | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the writer was waiting for others when it logged this (a timed-out
+        collective, the work it last completed, the rank it waits on): hang evidence."""
+        return (
+            self.timeout_ms is not None
+            or self.last_completed is not None
+            or self.waits_on is not None
+        )
 
     @property
     def pid(self) -> int | None:
@@ -166,6 +178,7 @@ class Roles:
             signal=fields.get("signal"),
             last_completed=_int(fields.get("last_completed")),
             waits_on=_int(fields.get("waits_on")),
+            timeout_ms=_int(fields.get("timeout_ms")),
         )
 
 

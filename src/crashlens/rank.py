@@ -398,12 +398,8 @@ def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | Non
     Ranks that report a collective timeout were waiting for someone; a known rank that did
     not time out is that someone. Among candidates, the one whose log went silent first wins.
     """
-    timeouts = [
-        h
-        for m in matches
-        if m.rule.kind == "symptom" and m.rule.cls == "nccl_timeout"
-        for h in m.hits
-    ]
+    # Keyed on what the hits say (a declared role), not on a rule's class.
+    timeouts = [h for m in matches if m.rule.kind == "symptom" for h in m.hits if h.roles.waiting]
     waiting = {h.evidence.rank for h in timeouts}
     awaited = _awaited(timeouts, waiting)
     if awaited is not None:
