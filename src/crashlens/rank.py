@@ -33,7 +33,6 @@ from crashlens.model import (
 CAUSALITY_SLACK_S = 5.0
 #: Evidence time within this of the first failure counts as "at the first failure".
 FIRST_FAILURE_SLACK_S = 2.0
-MAX_EVIDENCE = 12
 HANDLED_FACTOR = 0.35
 NEUTRAL_FACTOR = 0.85
 LATER_FACTOR = 0.75

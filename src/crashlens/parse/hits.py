@@ -16,13 +16,12 @@ import regex
 from crashlens.model import Evidence, ExceptionInfo, Hit, Roles, Source
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
-from crashlens.parse.state import PendingHit, Stream, stamp_setter
+from crashlens.parse.state import MAX_EVIDENCE_TEXT, PendingHit, Stream, stamp_setter
 from crashlens.parse.traceback import PartialTraceback, is_user_code
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
 CONTEXT = 3
 MAX_HITS_PER_DETECTOR = 20
-MAX_EVIDENCE_TEXT = 600
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )

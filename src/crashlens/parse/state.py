@@ -21,8 +21,8 @@ from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
 from crashlens.rulebase.schema import Detector, Rule
 
 RING = 32
-#: Characters of a quiet line kept in the ring (evidence context, last words).
-MAX_RING_TEXT = 600
+#: Characters of a line kept as evidence, context or last words (in the ring and in findings).
+MAX_EVIDENCE_TEXT = 600
 #: A traceback followed by this many more lines of the same writer was handled, not fatal.
 HANDLED_AFTER_LINES = 200
 #: ... or when it goes on logging: this many timestamped lines, spanning this many seconds.
@@ -133,7 +133,7 @@ class Stream:
         lines = tail.split("\n")
         first = last_lineno - len(lines) + 1
         for offset, text in enumerate(lines):
-            text = text.rsplit("\r", 1)[-1][:MAX_RING_TEXT]
+            text = text.rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
             self.ring.append((first + offset, strip(text, style)[0]))
 
     def last_step(self, before: int) -> int | None:

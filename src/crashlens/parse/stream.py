@@ -27,9 +27,10 @@ from crashlens.model import (
     Traceback,
 )
 from crashlens.parse.clock import Clock
-from crashlens.parse.hits import MAX_EVIDENCE_TEXT, HitCollector, Verdicts
+from crashlens.parse.hits import HitCollector, Verdicts
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import (
+    MAX_EVIDENCE_TEXT,
     RING,
     STEP,
     DoneTraceback,
