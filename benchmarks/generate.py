@@ -1,15 +1,24 @@
-"""Generate a deterministic, realistic multi-rank log tree for benchmarking.
+"""Generate a deterministic, realistic multi-rank job's logs for benchmarking.
 
-64 ranks (8 nodes x 8 GPUs) of torchrun-style per-rank logs: python-logging step lines, tqdm
-bars (carriage returns), NCCL INFO noise, warnings, a benign handled traceback per rank, a CUDA
-OOM buried on one rank and NCCL watchdog timeouts on all the others. Message formats are the
-ones in fixtures/gpu/nccl_timeout_cascade (see its SOURCE.md).
+64 ranks (8 nodes x 8 GPUs) of torchrun-style logs: python-logging step lines, tqdm bars
+(carriage returns), NCCL INFO noise, warnings, benign handled tracebacks (a retried checkpoint
+upload, and ``--retries`` more retried connection resets per rank, each followed by many more
+steps), a CUDA OOM buried on one rank and NCCL watchdog timeouts on all the others. Message
+formats are the ones in fixtures/gpu/nccl_timeout_cascade (see its SOURCE.md).
+
+Layouts: a per-rank ``tree`` (``node-NN/rank_R.log``), or one combined ``console`` with every
+rank's lines interleaved behind the prefix each launcher writes (``--style``; formats from
+../shared/reference/signals.md section 0): torchrun ``--tee`` ``[defaultN]:``, the c10d
+excepthook ``[rankN]:``, ``srun --label`` (``%*d: ``), Open MPI ``--tag-output``
+(``[1,N]<stderr>:``), pdsh (``host: ``), kubectl ``--prefix`` (``[pod/NAME/CONTAINER] ``) and
+kubectl ``--timestamps`` (an RFC 3339 time before every line).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import time
 from pathlib import Path
 
 OOM_RANK = 37
@@ -31,6 +40,14 @@ Traceback (most recent call last):
     raise TimeoutError(f"upload of part {{part}}/{{nparts}} timed out after {{timeout}}s")
 TimeoutError: upload of part 3/8 timed out after 60s
 """
+RETRY = """{ts},{ms:03d} WARNING train.data: shard fetch failed, retrying (attempt 1/5)
+Traceback (most recent call last):
+  File "/srv/train/data/remote.py", line 88, in fetch_shard
+    return session.get(url, timeout=30).content
+  File "/opt/conda/lib/python3.10/site-packages/requests/sessions.py", line 602, in get
+    return self.request("GET", url, **kwargs)
+ConnectionResetError: [Errno 104] Connection reset by peer
+"""
 OOM = """[rank{r}]: Traceback (most recent call last):
 [rank{r}]:   File "/home/alice/llm/train.py", line 212, in <module>
 [rank{r}]:     main()
@@ -45,8 +62,15 @@ TIMEOUT = (
 )
 
 
-def rank_log(rank: int, target_bytes: int, rng: random.Random, oom_rank: int = OOM_RANK) -> str:
+def rank_log(
+    rank: int,
+    target_bytes: int,
+    rng: random.Random,
+    oom_rank: int = OOM_RANK,
+    retries: int = 0,
+) -> str:
     node, dev = divmod(rank, 8)
+    retry_at = sorted(rng.randrange(target_bytes * 4 // 5) for _ in range(retries))
     pid = 40000 + rank * 13
     out: list[str] = []
     size = 0
@@ -78,6 +102,9 @@ def rank_log(rank: int, target_bytes: int, rng: random.Random, oom_rank: int = O
         if not handled and size > handled_at:
             line += HANDLED.format(ts=ts, ms=1)
             handled = True
+        while retry_at and size > retry_at[0]:
+            line += RETRY.format(ts=ts, ms=2)
+            retry_at.pop(0)
         out.append(line)
         size += len(line)
     end = f"03:{sec // 60 % 60:02d}:{sec % 60:02d}.123456789"
@@ -89,17 +116,89 @@ def rank_log(rank: int, target_bytes: int, rng: random.Random, oom_rank: int = O
 
 
 def generate(
-    root: Path, ranks: int, mb_per_rank: float, seed: int = 0, oom_rank: int = OOM_RANK
+    root: Path,
+    ranks: int,
+    mb_per_rank: float,
+    seed: int = 0,
+    oom_rank: int = OOM_RANK,
+    retries: int = 0,
 ) -> Path:
-    """Write the tree under ``root`` and return it."""
+    """Write the per-rank tree under ``root`` and return it."""
     for rank in range(ranks):
         node = rank // 8
         d = root / f"node-{node:02d}"
         d.mkdir(parents=True, exist_ok=True)
         rng = random.Random(seed * 1000 + rank)
-        text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank)
+        text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank, retries)
         (d / f"rank_{rank}.log").write_text(text)
     return root
+
+
+STYLES = ("default", "rank", "srun", "mpi", "pdsh", "kubectl", "stamped")
+
+
+def prefix(style: str, rank: int, ranks: int, line: str) -> str:
+    """The prefix a launcher in ``style`` writes before one of ``rank``'s lines."""
+    if style == "default":
+        return f"[default{rank % 8}]:"
+    if style == "rank":
+        # The c10d excepthook prefixes lines that do not carry the rank already.
+        return "" if line.startswith(f"[rank{rank}]:") else f"[rank{rank}]: "
+    if style == "srun":
+        return f"{rank:{len(str(ranks - 1))}d}: "
+    if style == "mpi":
+        return f"[1,{rank}]<stderr>:"
+    if style == "pdsh":
+        return f"node-{rank // 8:02d}: "
+    if style == "kubectl":
+        return f"[pod/trainer-worker-{rank}/pytorch] "
+    raise ValueError(style)
+
+
+def _lines(text: str) -> list[str]:
+    """Physical lines with their newline (a progress bar's ``\r`` states stay on theirs)."""
+    return [line + "\n" for line in text.split("\n")[:-1]]
+
+
+def console(
+    path: Path,
+    ranks: int,
+    mb_total: float,
+    style: str = "rank",
+    seed: int = 0,
+    oom_rank: int = OOM_RANK,
+    retries: int = 0,
+) -> Path:
+    """Write one combined console of ``ranks`` interleaved rank logs to ``path``."""
+    per_rank = int(mb_total * 1e6 / ranks)
+    logs = [
+        _lines(rank_log(r, per_rank, random.Random(seed * 1000 + r), oom_rank, retries))
+        for r in range(ranks)
+    ]
+    rng = random.Random(seed)
+    pos = [0] * ranks
+    live = list(range(ranks))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = 1_714_525_200  # 2024-05-01 01:00:00 UTC
+    with path.open("w") as out:
+        n = 0
+        while live:
+            # Ranks write in bursts of a few lines, in an order that changes every round.
+            rng.shuffle(live)
+            for r in list(live):
+                burst = logs[r][pos[r] : pos[r] + rng.randrange(1, 6)]
+                pos[r] += len(burst)
+                for line in burst:
+                    n += 1
+                    if style == "stamped":
+                        secs, ns = divmod(n * 997_003, 1_000_000_000)
+                        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(start + secs))
+                        out.write(f"{stamp}.{ns:09d}Z {line}")
+                    else:
+                        out.write(prefix(style, r, ranks, line) + line)
+                if pos[r] >= len(logs[r]):
+                    live.remove(r)
+    return path
 
 
 def main() -> None:
@@ -107,8 +206,15 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--mb-per-rank", type=float, default=8.0)
+    ap.add_argument("--retries", type=int, default=0, help="retried exceptions per rank")
+    ap.add_argument("--layout", choices=("tree", "console"), default="tree")
+    ap.add_argument("--style", choices=STYLES, default="rank", help="console prefix style")
     args = ap.parse_args()
-    generate(args.out, args.ranks, args.mb_per_rank)
+    if args.layout == "tree":
+        generate(args.out, args.ranks, args.mb_per_rank, retries=args.retries)
+    else:
+        mb = args.mb_per_rank * args.ranks
+        console(args.out, args.ranks, mb, args.style, retries=args.retries)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import FIXTURES
 from crashlens import analyze
-from crashlens.parse.scan import TriggerScanner, iter_blocks
+from crashlens.parse.scan import TriggerScanner, available_backends, iter_blocks
 
 JOBS = sorted(p.parent for p in FIXTURES.rglob("expected.yaml"))
 
@@ -47,10 +47,32 @@ def test_fast_path_agrees_on_a_generated_multi_rank_tree(tmp_path: Path) -> None
     assert fast["first"]["rank"] == OOM_RANK % 8
 
 
-def test_trigger_scanner_finds_line_starts() -> None:
-    scanner = TriggerScanner(["CUDA out of memory"], ["killed process"])
+@pytest.mark.parametrize("backend", available_backends())
+def test_trigger_scanner_finds_line_starts(backend: str) -> None:
+    scanner = TriggerScanner(["CUDA out of memory", "memory x"], ["killed process"], backend)
     block = b"a\nb CUDA out of memory x CUDA out of memory\nc\nOut of memory: KILLED PROCESS 1\n"
     assert scanner.line_starts(block) == [2, 46]
+    assert scanner.line_starts(b"CUDA out of memory") == [0]
+    assert scanner.line_starts(b"nothing here\n") == []
+
+
+def test_every_scanner_backend_finds_the_same_lines() -> None:
+    """Hyperscan, RE2 and the stdlib engine agree on the real rule set over real logs."""
+    from crashlens.parse import scanner_for
+    from crashlens.session import Session
+
+    matcher = Session.configured().matcher
+    base = scanner_for(matcher)
+    assert base is not None
+    literals = base.literals
+    data = b"".join(p.read_bytes() for p in sorted(FIXTURES.rglob("*.log")))
+    found = {
+        b: TriggerScanner(*literals, backend=b).line_starts(data) for b in available_backends()
+    }
+    assert len(found["re"]) > 100
+    assert all(starts == found["re"] for starts in found.values()), {
+        b: len(v) for b, v in found.items()
+    }
 
 
 class Trickle:

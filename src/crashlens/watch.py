@@ -45,8 +45,8 @@ from crashlens.model import Fact, Hit, Source
 from crashlens.parse import (
     SNIFF_LINES,
     FileParser,
+    fast_path_ok,
     file_year,
-    interleaved,
     scan_block,
 )
 from crashlens.rulebase.schema import Rule, RuleSet
@@ -289,19 +289,8 @@ class Watcher:
 
     def _fast_ok(self, tail: _Tail) -> bool:
         """Whether ``parse_binary`` would read this file on the fast path (see its docstring)."""
-        if self.scanner is None:
-            return False
         parser = tail.parser if tail.parser is not None else self._start_parser(tail)
-        source = parser.source
-        sample = tail.sample
-        style = sniff_style(sample) if sample else PrefixStyle()
-        return not (
-            source.kind == "kernel"
-            or (source.rank is None and source.local_rank is not None)
-            or interleaved(sample, style, source)
-            # The parser's style was sniffed on the first poll's lines, maybe fewer.
-            or interleaved([], parser.style, source)
-        )
+        return fast_path_ok(parser.source, "utf-8", self.scanner)
 
     def _lines(self, tail: _Tail, lines: Iterable[tuple[int, str]]) -> None:
         parser = tail.parser

@@ -7,6 +7,7 @@ else lets every later stage work per rank, so two ranks' tracebacks can never mi
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -133,3 +134,63 @@ def nccl_origin(text: str) -> Prefix | None:
     if not m:
         return None
     return Prefix(host=m["host"], pid=int(m["pid"]))
+
+
+# -- the fast path's demultiplexer: every line's prefix in one regex pass over bytes ------------
+_B_STAMP = rb"(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? )?"
+_B_PDSH = rb"(?:[A-Za-z][\w\-.]*: )?"
+_B_SRUN = rb"(?: *\d{1,5}: )?"
+_B_KUBECTL = rb"\[pod/[^/\]\s]+/[^\]\s]+\] "
+_B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
+# Looser than _BRACKET (a key needs only to cover what strip() would take): strip() on the key
+# then names the same writer as strip() on the whole line.
+_B_BRACKET = rb"\[[A-Za-z_][^\]\n:]{0,40}\]:[ ]?"
+
+
+class PrefixKeys:
+    """Reads the launcher prefix of every line of a block of bytes, as a key per line.
+
+    Lines with the same key have the same writer (``strip`` of the key names it); the key of
+    an unprefixed line is ``b""``. One compiled pattern per file's :class:`PrefixStyle`.
+    """
+
+    def __init__(self, style: PrefixStyle) -> None:
+        stamp = _B_STAMP if style.stamped else b""
+        body = (
+            (_B_PDSH if style.pdsh else b"")
+            + (_B_SRUN if style.srun else b"")
+            + b"(?:"
+            + _B_KUBECTL
+            + b")?(?:"
+            + _B_MPI
+            + b")?(?:"
+            + _B_BRACKET
+            + b")*"
+        )
+        self.every_line = style.srun or style.pdsh
+        self._first = re.compile(stamp + b"(" + body + b")")
+        self._rest = re.compile(b"\n" + stamp + b"(" + body + b")")
+        self._any = re.compile(
+            b"\n" + stamp + b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET)) + b")"
+        )
+
+    def single(self, block: bytes, start: int, end: int) -> bool:
+        """Whether no line of ``block[start:end]`` carries a prefix (one writer)."""
+        if self.every_line:
+            return False
+        first = self._first.match(block, start, end)
+        if first is not None and first.end(1) > first.start(1):
+            return False
+        return self._any.search(block, start, end) is None
+
+    def keys(self, block: bytes, start: int, end: int) -> list[bytes]:
+        """The key of each whole line of ``block[start:end]`` (which ends with a newline)."""
+        first = self._first.match(block, start, end)
+        keys: list[bytes] = self._rest.findall(block, start, end - 1)
+        keys.insert(0, first.group(1) if first is not None else b"")
+        return keys
+
+
+def key_pattern(style: PrefixStyle) -> PrefixKeys:
+    """The demultiplexer for a file with prefix ``style`` (see :class:`PrefixKeys`)."""
+    return PrefixKeys(style)

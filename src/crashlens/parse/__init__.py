@@ -5,29 +5,27 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from crashlens.ingest.prefixes import PrefixStyle, sniff_style, strip
-from crashlens.ingest.read import Readable, cap_line, iter_lines
+from crashlens.ingest.prefixes import PrefixStyle, sniff_style
+from crashlens.ingest.read import Readable, iter_lines
 from crashlens.model import FileResult, Source
+from crashlens.parse.index import BlockIndex, index_block
 from crashlens.parse.matcher import LineMatcher
-from crashlens.parse.scan import (
-    MAX_LINE_BYTES,
-    STRUCTURAL_TRIGGERS,
-    TriggerScanner,
-    iter_blocks,
-)
+from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
 from crashlens.rulebase.schema import RuleSet
 
 SNIFF_LINES = 200
 
 __all__ = [
+    "BlockIndex",
     "FileParser",
     "FileResult",
     "LineMatcher",
-    "interleaved",
+    "fast_path_ok",
+    "index_block",
     "parse_binary",
     "parse_error_file",
     "parse_lines",
@@ -43,6 +41,12 @@ def scanner_for(matcher: LineMatcher) -> TriggerScanner | None:
     return TriggerScanner([*matcher.by_literal, *STRUCTURAL_TRIGGERS], matcher.by_literal_ci)
 
 
+def fast_path_ok(source: Source, encoding: str, scanner: TriggerScanner | None) -> bool:
+    """Whether a file is read on the fast path: UTF-8 text, a rule set with literal anchors
+    for every detector, and not a kernel log (whose clock every line may teach)."""
+    return scanner is not None and encoding == "utf-8" and source.kind != "kernel"
+
+
 def parse_binary(
     source: Source,
     stream: Readable,
@@ -53,81 +57,36 @@ def parse_binary(
     *,
     year: int,
     tb_ids: itertools.count[int],
+    progress: Callable[[int], None] | None = None,
 ) -> FileResult:
     """Parse a file's byte stream, on the fast path whenever the file allows it.
 
-    The fast path needs UTF-8 text with one writer per file (no interleaving launcher
-    prefixes): per-rank logs and torchrun ``--log-dir`` files, which is where the gigabytes
-    are. Combined consoles, kernel logs and other encodings take the line-by-line path.
+    Per-rank logs and combined consoles alike (launcher prefixes are demultiplexed per line
+    on the fast path too); other encodings, kernel logs and rule sets with a detector that
+    must see every line take the line-by-line path. ``progress`` is told the bytes of each
+    block once it is parsed.
     """
     head = stream.read(256 * 1024) if encoding == "utf-8" else b""
+    if not fast_path_ok(source, encoding, scanner):
+        lines = iter_lines(stream, encoding, head=head)
+        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids)
+    assert scanner is not None
     head_lines = head[: head.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
     sample = head_lines[:SNIFF_LINES]
     style = sniff_style(sample) if sample else PrefixStyle()
-    if (
-        scanner is None
-        or encoding != "utf-8"
-        or source.kind == "kernel"
-        or (source.rank is None and source.local_rank is not None)
-        or interleaved(sample, style, source)
-    ):
-        lines = iter_lines(stream, encoding, head=head)
-        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids)
     parser = FileParser(source, rules, matcher, year=year, style=style, tb_ids=tb_ids)
     lineno = 0
     for block in iter_blocks(stream, head):
-        lineno = scan_block(parser, scanner, block, lineno)
+        lineno = parser.take(block, index_block(block, scanner, parser.prefixes), lineno)
+        if progress is not None:
+            progress(len(block))
     return parser.close()
 
 
-def interleaved(sample: list[str], style: PrefixStyle, source: Source) -> bool:
-    """Whether line prefixes name more than the file's own writer."""
-    if style.srun or style.pdsh or style.stamped:
-        return True
-    for line in sample:
-        if line.startswith("["):
-            _, prefix = strip(line, style)
-            if prefix.local_rank is not None or prefix.host is not None:
-                return True
-            if prefix.rank is not None and prefix.rank != source.rank:
-                return True
-    return False
-
-
 def scan_block(parser: FileParser, scanner: TriggerScanner, block: bytes, lineno: int) -> int:
-    starts = scanner.line_starts(block)
-    i, pos, size = 0, 0, len(block)
-    while pos < size:
-        if parser.wants_lines():
-            pos, lineno = _feed_one(parser, block, pos, lineno)
-            continue
-        while i < len(starts) and starts[i] < pos:
-            i += 1
-        nxt = starts[i] if i < len(starts) else size
-        if nxt > pos:
-            count = block.count(b"\n", pos, nxt)
-            parser.skip(block, pos, nxt, count, lineno + count)
-            lineno += count
-            pos = nxt
-        if pos < size:
-            pos, lineno = _feed_one(parser, block, pos, lineno)
-    return lineno
-
-
-def _feed_one(parser: FileParser, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
-    end = block.find(b"\n", pos)
-    if end < 0:
-        end = len(block)
-    text = block[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
-    text = cap_line(text)
-    lineno += 1
-    if "\r" in text:
-        for part in text.split("\r"):
-            if part:
-                parser.feed(lineno, part)
-    else:
-        parser.feed(lineno, text)
-    return end + 1, lineno
+    """Index a block of whole lines and parse it on the fast path; return its last line's
+    number."""
+    return parser.take(block, index_block(block, scanner, parser.prefixes), lineno)
 
 
 def parse_lines(

@@ -5,8 +5,9 @@ rule, traceback or launcher summary cares about. One scan for the union of the r
 anchors and the structural triggers (traceback headers, ``ChildFailedError`` summaries) over
 each raw block finds the lines that matter; everything between them is only counted.
 
-RE2 (``google-re2``) runs the literal alternation as a DFA at hundreds of MB/s; the stdlib
-engine is the fallback when it is not installed.
+Hyperscan (the ``fast`` extra) matches the literal set at close to a GB/s per core; RE2
+(``google-re2``) runs the alternation as a DFA at a third of that; the stdlib engine is the
+last fallback. benchmarks/run.py measures each.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ try:  # pragma: no cover - exercised in whichever environment runs the tests
     import re2 as _re2
 except ImportError:  # pragma: no cover
     _re2 = None
+_hyperscan: Any
+try:  # pragma: no cover
+    import hyperscan as _hyperscan
+except ImportError:  # pragma: no cover
+    _hyperscan = None
 
 #: Lines that start multi-line state even when no detector literal is on them.
 STRUCTURAL_TRIGGERS = (
@@ -34,6 +40,9 @@ STRUCTURAL_TRIGGERS = (
     "Root Cause (first observed failure):",
     "Failures:",
     "global_rank_mapping=",
+    # A writer known only by its local rank learns its global rank from these (stream.py).
+    "Rank ",
+    " nranks ",
     *facts.TRIGGERS,
 )
 BLOCK = 2 << 20
@@ -43,17 +52,54 @@ MAX_LINE_BYTES = 64 * 1024
 MAX_CARRY = 1 << 20
 
 
-class TriggerScanner:
-    """Start offsets of the lines of a block that contain any trigger literal."""
+#: Scanner engines, fastest first: Hyperscan (the ``fast`` extra), RE2, the stdlib engine.
+BACKENDS = ("hyperscan", "re2", "re")
 
-    def __init__(self, literals: Iterable[str], literals_ci: Iterable[str] = ()) -> None:
-        parts = [re.escape(lit) for lit in sorted(set(literals), key=len, reverse=True)]
-        parts += [f"(?i:{re.escape(lit)})" for lit in sorted(set(literals_ci))]
+
+def available_backends() -> tuple[str, ...]:
+    """The scanner engines this installation can use, fastest first."""
+    return tuple(
+        name
+        for name, module in zip(BACKENDS, (_hyperscan, _re2, re), strict=True)
+        if module is not None
+    )
+
+
+class TriggerScanner:
+    """Start offsets of the lines of a block that contain any trigger literal.
+
+    Hyperscan matches the literal set with SIMD at close to a GB/s per core; RE2 runs the
+    alternation as a DFA; the stdlib engine is the fallback. All three find the same lines
+    (tests/test_prefilter.py checks them against each other).
+    """
+
+    def __init__(
+        self,
+        literals: Iterable[str],
+        literals_ci: Iterable[str] = (),
+        backend: str | None = None,
+    ) -> None:
+        exact = sorted(set(literals), key=len, reverse=True)
+        folded = sorted(set(literals_ci))
+        #: What it was built from (to build the same scanner on another engine).
+        self.literals = (tuple(exact), tuple(folded))
+        self.backend = backend or available_backends()[0]
+        if self.backend not in available_backends():
+            raise ValueError(f"scanner backend {self.backend!r} is not installed")
+        self._hs: Any = None
+        if self.backend == "hyperscan":
+            self._hs = _hyperscan_db(exact, folded)
+            self.pattern: Any = None
+            return
+        parts = [re.escape(lit) for lit in exact]
+        parts += [f"(?i:{re.escape(lit)})" for lit in folded]
         pattern = "|".join(parts).encode("utf-8")
-        self.pattern: Any = (_re2 if _re2 is not None else re).compile(pattern)
+        self.pattern = (_re2 if self.backend == "re2" else re).compile(pattern)
 
     def line_starts(self, block: bytes) -> list[int]:
         """Sorted, unique start offsets of the lines holding a trigger."""
+        if self._hs is not None:
+            return self._hs_line_starts(block)
         starts: list[int] = []
         last = -1
         for m in self.pattern.finditer(block):
@@ -62,6 +108,40 @@ class TriggerScanner:
                 starts.append(start)
                 last = start
         return starts
+
+    def _hs_line_starts(self, block: bytes) -> list[int]:
+        ends: list[int] = []
+        self._hs.scan(block, match_event_handler=_collect, context=ends)
+        ends.sort()
+        starts: list[int] = []
+        line_end = -1
+        for end in ends:
+            if end <= line_end:
+                continue  # another literal on a line already found
+            start = block.rfind(b"\n", 0, end - 1) + 1
+            line_end = block.find(b"\n", end - 1)
+            if line_end < 0:
+                line_end = len(block)
+            starts.append(start)
+        return starts
+
+
+def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
+    ends.append(end)
+
+
+def _hyperscan_db(exact: list[str], folded: list[str]) -> Any:
+    assert _hyperscan is not None
+    expressions = [re.escape(lit).encode("utf-8") for lit in (*exact, *folded)]
+    flags = [0] * len(exact) + [_hyperscan.HS_FLAG_CASELESS] * len(folded)
+    db = _hyperscan.Database(mode=_hyperscan.HS_MODE_BLOCK)
+    db.compile(
+        expressions=expressions,
+        ids=list(range(len(expressions))),
+        elements=len(expressions),
+        flags=flags,
+    )
+    return db
 
 
 def iter_blocks(stream: Readable, head: bytes = b"") -> Iterator[bytes]:

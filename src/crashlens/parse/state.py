@@ -8,13 +8,13 @@ of recent lines, one open traceback, capped findings), never per line.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 import regex
 
-from crashlens.ingest.prefixes import PrefixStyle, strip
+from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import Source
 from crashlens.parse.torchrun import SummaryReader
 from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
@@ -39,6 +39,58 @@ class StreamKey(NamedTuple):
     by: Literal["local", "rank", "host"]
     number: int | None
     host: str | None
+
+
+class Ring:
+    """A writer's last :data:`RING` lines as ``(lineno, text)``, oldest first.
+
+    Quiet lines the fast path only skims arrive raw (bytes, prefix still on) and most are
+    pushed out again unread; they are decoded and stripped only when the ring is read.
+    """
+
+    __slots__ = ("_lines", "_raw", "_style")
+
+    def __init__(self) -> None:
+        self._lines: deque[tuple[int, str]] = deque(maxlen=RING)
+        self._raw: deque[tuple[int, bytes]] = deque(maxlen=RING)
+        self._style = PrefixStyle()
+
+    def append(self, item: tuple[int, str]) -> None:
+        """Add a parsed line (its text already stripped of launcher prefixes)."""
+        if self._raw:
+            self._settle()
+        self._lines.append(item)
+
+    def extend_raw(self, items: Iterable[tuple[int, bytes]], style: PrefixStyle) -> None:
+        """Add quiet lines, oldest first, as they are in the file."""
+        self._style = style
+        self._raw.extend(items)
+
+    def _settle(self) -> None:
+        style = self._style
+        for lineno, raw in self._raw:
+            text = raw.decode("utf-8", "replace").rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
+            text, prefix = strip(text, style)
+            self._lines.append((lineno, prefix.stamp + text if prefix.stamp else text))
+        self._raw.clear()
+
+    def items(self) -> deque[tuple[int, str]]:
+        """The lines, oldest first."""
+        if self._raw:
+            self._settle()
+        return self._lines
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return iter(self.items())
+
+    def __reversed__(self) -> Iterator[tuple[int, str]]:
+        return reversed(self.items())
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def __getitem__(self, index: int) -> tuple[int, str]:
+        return self.items()[index]
 
 
 @dataclass(slots=True)
@@ -105,7 +157,7 @@ class Stream:
     rank: int | None
     local_rank: int | None
     host: str | None
-    ring: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=RING))
+    ring: Ring = field(default_factory=Ring)
     assembler: TracebackAssembler = field(default_factory=TracebackAssembler)
     summary: SummaryReader = field(default_factory=SummaryReader)
     lines: int = 0
@@ -118,6 +170,19 @@ class Stream:
     untimed: list[Callable[[float], None]] = field(default_factory=list)
     untimed_wait: int = 0
     pids: set[int] = field(default_factory=set)
+    #: Quiet lines still searched for an NCCL pid (the fast path gives up on a writer that
+    #: never logs NCCL lines).
+    pid_budget: int = 5000
+
+    def wants_lines(self) -> bool:
+        """Whether open state (a traceback, a summary, a pending time) needs its next lines."""
+        return (
+            self.assembler.current is not None
+            or self.summary.active
+            or (self.first_time is None and self.probe_first > 0)
+            or bool(self.untimed)
+            or (self.watch is not None and self.watch.watching(self.lines))
+        )
 
     def remember_tail(
         self, block: bytes, start: int, end: int, count: int, last_lineno: int, style: PrefixStyle
@@ -129,12 +194,18 @@ class Stream:
             if tail_start < 0:
                 tail_start = start - 1
                 break
-        tail = block[max(tail_start + 1, start) : end - 1].decode("utf-8", "replace")
-        lines = tail.split("\n")
+        lines = block[max(tail_start + 1, start) : end - 1].split(b"\n")
         first = last_lineno - len(lines) + 1
-        for offset, text in enumerate(lines):
-            text = text.rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
-            self.ring.append((first + offset, strip(text, style)[0]))
+        self.ring.extend_raw(((first + i, line) for i, line in enumerate(lines)), style)
+
+    def learn_pid(self, raw: bytes) -> bool:
+        """Take the host and pid of an NCCL line; whether it had them."""
+        origin = nccl_origin(raw.decode("utf-8", "replace"))
+        if origin is None or origin.pid is None:
+            return False
+        self.pids.add(origin.pid)
+        self.host = self.host or origin.host
+        return True
 
     def last_step(self, before: int) -> int | None:
         """The number of the last ``step N`` line before line ``before``, if still in view."""

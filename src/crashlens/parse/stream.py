@@ -15,7 +15,8 @@ import re
 import regex
 
 from crashlens import facts
-from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
+from crashlens.ingest.prefixes import PrefixStyle, key_pattern, nccl_origin, strip
+from crashlens.ingest.read import cap_line
 from crashlens.model import (
     ChildFailure,
     Evidence,
@@ -27,8 +28,11 @@ from crashlens.model import (
     Traceback,
 )
 from crashlens.parse.clock import Clock
+from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
+from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.scan import MAX_LINE_BYTES
 from crashlens.parse.state import (
     MAX_EVIDENCE_TEXT,
     RING,
@@ -74,7 +78,10 @@ class FileParser:
         self.facts: list[Fact] = []
         self._fact_keys: set[tuple[str, str | None, int | None]] = set()
         self.lines = 0
-        self._last_lineno = 0
+        self.last_lineno = 0
+        self._line_stream: Stream = self._stream(None, None, None)
+        self.fast = FastPath(self)
+        self.prefixes = key_pattern(style)
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
@@ -84,13 +91,21 @@ class FileParser:
 
     def _feed(self, lineno: int, raw: str) -> None:
         # Counts are of physical lines: tqdm's ``\r``-separated states share one line number.
-        new_line = lineno != self._last_lineno
+        new_line = lineno != self.last_lineno
         self.lines += new_line
-        self._last_lineno = lineno
+        self.last_lineno = lineno
         text, prefix = strip(raw, self.style)
         # A stamped console (``crashlens run``, kubectl --timestamps) has its time in a prefix.
         timed = prefix.stamp + text if prefix.stamp else text
-        stream = self._stream(prefix.rank, prefix.local_rank, prefix.host)
+        if new_line:
+            stream = self._stream(prefix.rank, prefix.local_rank, prefix.host)
+            self._line_stream = stream
+            if self.fast.pending:
+                self.fast.settle(stream, lineno)
+        else:
+            # A physical line has one writer, the one its first prefix names: the states of a
+            # progress bar redrawn after ``\r`` and text glued to it are that writer's.
+            stream = self._line_stream
         if prefix.rank is not None and stream.rank is None:
             stream.rank = prefix.rank
         stream.lines += new_line
@@ -180,19 +195,44 @@ class FileParser:
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
     def wants_lines(self) -> bool:
-        """Whether open state (a traceback, a summary, a pending time) needs the next lines."""
-        if not self.streams:
-            return True
-        for stream in self.streams.values():
-            if stream.assembler.current is not None or stream.summary.active:
-                return True
-            if stream.first_time is None and stream.probe_first > 0:
-                return True
-            if stream.untimed:
-                return True
-            if stream.watch is not None and stream.watch.watching(stream.lines):
-                return True
-        return False
+        """Whether open state of any writer (a traceback, a summary, a pending time) needs
+        the next lines."""
+        return self.lines == 0 or any(s.wants_lines() for s in self.streams.values())
+
+    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
+        """Feed the line of ``block`` starting at ``pos``; return the next position and its
+        line number."""
+        end = block.find(b"\n", pos)
+        if end < 0:
+            end = len(block)
+        self.feed_raw(block[pos : min(end, pos + MAX_LINE_BYTES)], lineno + 1)
+        return end + 1, lineno + 1
+
+    def feed_raw(self, raw: bytes, lineno: int) -> None:
+        """Feed one physical line given as bytes (cut to :data:`MAX_LINE_BYTES` or not)."""
+        text = cap_line(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+        if "\r" in text:
+            for part in text.split("\r"):
+                if part:
+                    self.feed(lineno, part)
+        else:
+            self.feed(lineno, text)
+
+    def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
+        """Parse a block of whole lines on the fast path (see :mod:`crashlens.parse.fast`);
+        return the number of its last line."""
+        return self.fast.take(block, index, lineno)
+
+    def default_stream(self) -> Stream:
+        """The stream of lines with no launcher prefix."""
+        return self._stream(None, None, None)
+
+    def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream:
+        """The stream of the writer a prefix names (rank learnt from it too)."""
+        stream = self._stream(rank, local, host)
+        if rank is not None and stream.rank is None:
+            stream.rank = rank
+        return stream
 
     def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None:
         """Account for ``count`` quiet lines ``block[start:end]`` ending at ``last_lineno``.
@@ -205,15 +245,13 @@ class FileParser:
         stream = self._stream(None, None, None)
         self.lines += count
         stream.lines += count
+        self.last_lineno = last_lineno
         if not stream.pids:
             at = block.find(b" NCCL ", start, end)
             if at >= 0:
-                line_start = block.rfind(b"\n", start, at) + 1
+                line_start = block.rfind(b"\n", start, at) + 1 or start
                 line_end = block.find(b"\n", at, end)
-                origin = nccl_origin(block[line_start:line_end].decode("utf-8", "replace"))
-                if origin is not None and origin.pid is not None:
-                    stream.pids.add(origin.pid)
-                    stream.host = stream.host or origin.host
+                stream.learn_pid(block[line_start:line_end])
         stream.remember_tail(block, start, end, min(RING, count), last_lineno, self.style)
 
     # -- end of file --------------------------------------------------------------------

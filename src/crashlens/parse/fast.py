@@ -1,0 +1,193 @@
+"""The fast path's second half: take indexed blocks in order, parse only what state needs.
+
+Trigger lines (:mod:`crashlens.parse.index`) go through the full parser. The quiet runs between
+them are only accounted for, per writer: line counts, an NCCL pid, the last lines kept raw in
+the writer's ring. A writer whose open state needs its next lines (a traceback being read, a
+first timestamp not yet seen, a handled-or-fatal verdict still open) gets them fed one by one,
+the others do not; so a 64-rank console costs about what 64 per-rank files cost.
+
+The per-line work of an interleaved block is array arithmetic over its key ids (numpy): counts
+per writer, and each writer's last quiet lines, taken once per block or just before the
+writer's ring is read (:meth:`FastPath.settle`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from crashlens.ingest.prefixes import strip
+from crashlens.parse.index import BlockIndex
+from crashlens.parse.state import RING, Stream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crashlens.parse.stream import FileParser
+
+
+class FastPath:
+    """Takes one file's indexed blocks for its :class:`FileParser`."""
+
+    def __init__(self, parser: FileParser) -> None:
+        self.parser = parser
+        self._key_streams: dict[bytes, Stream] = {}
+        # The block being taken, for demultiplexed blocks only.
+        self._block = b""
+        self._base = 0
+        self._streams: list[Stream] = []
+        self._ids: np.ndarray | None = None
+        self._skimmed: np.ndarray | None = None
+        self._ends: np.ndarray | None = None
+        #: Streams (by id) with skimmed lines in this block their ring has not taken yet.
+        self.pending: dict[int, Stream] = {}
+        #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
+        self._taken: dict[int, int] = {}
+
+    def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
+        """Parse ``block`` with its ``index``; return the number of its last line."""
+        parser = self.parser
+        self._start_block(block, index, lineno)
+        pos = line = 0
+        for start, at in zip(index.triggers, index.trigger_lines, strict=True):
+            if at < line:
+                continue  # fed already, for a writer that wanted its lines
+            lineno = self._quiet(block, pos, start, line, at, lineno)
+            pos, lineno = parser.feed_bytes(block, start, lineno)
+            line = at + 1
+        lineno = self._quiet(block, pos, len(block), line, index.lines, lineno)
+        self._end_block()
+        return lineno
+
+    def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
+        self._block, self._base = block, lineno
+        if index.keys is None:
+            self._ids = None
+            return
+        self._streams = [self._key_stream(key) for key in index.key_table]
+        self._ids = np.frombuffer(index.keys, dtype=np.uint32)
+        self._skimmed = np.zeros(index.lines, dtype=bool)
+        self._ends = None
+
+    def _end_block(self) -> None:
+        if self.pending:
+            for stream in list(self.pending.values()):
+                self._take_tail(stream, len(self._skimmed) if self._skimmed is not None else 0)
+        self.pending.clear()
+        self._taken.clear()
+        self._block = b""
+        self._ids = self._skimmed = self._ends = None
+
+    # -- quiet runs ---------------------------------------------------------------------
+    def _quiet(self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int) -> int:
+        if start >= end:
+            return lineno
+        if self._ids is None:
+            return self._quiet_single(block, start, end, stop - line, lineno)
+        return self._quiet_demux(block, start, end, line, stop, lineno)
+
+    def _quiet_single(self, block: bytes, start: int, end: int, count: int, lineno: int) -> int:
+        """No line carries a launcher prefix: all are the file's own writer's."""
+        parser = self.parser
+        stream = parser.default_stream()
+        while start < end and (parser.lines == 0 or stream.wants_lines()):
+            start, lineno = parser.feed_bytes(block, start, lineno)
+            count -= 1
+        if start < end:
+            parser.skip(block, start, end, count, lineno + count)
+            lineno += count
+        return lineno
+
+    def _quiet_demux(
+        self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int
+    ) -> int:
+        """Interleaved writers: each line is the writer's its prefix names."""
+        assert self._ids is not None and self._skimmed is not None
+        parser, streams = self.parser, self._streams
+        ids = self._ids[line:stop]
+        counts = np.bincount(ids, minlength=len(streams))
+        present = np.flatnonzero(counts).tolist()
+        wanting = {i for i in present if streams[i].wants_lines()}
+        skimmed = self._skimmed
+        skimmed[line:stop] = True
+        if wanting:
+            pos = start
+            for j, i in enumerate(ids.tolist()):
+                nxt = block.find(b"\n", pos) + 1
+                if i in wanting:
+                    parser.feed_raw(block[pos : nxt - 1], lineno + j + 1)
+                    skimmed[line + j] = False
+                    counts[i] -= 1
+                    if not streams[i].wants_lines():
+                        wanting.discard(i)
+                        if not wanting:
+                            break
+                pos = nxt
+        n = len(ids)
+        parser.lines += int(counts.sum())
+        parser.last_lineno = lineno + n
+        for i in present:
+            if counts[i]:
+                stream = streams[i]
+                stream.lines += int(counts[i])
+                self.pending[id(stream)] = stream
+                if not stream.pids and stream.pid_budget > 0:
+                    self._hunt_pid(stream, i, block, start, end, line, int(counts[i]))
+        return lineno + n
+
+    def _hunt_pid(
+        self, stream: Stream, i: int, block: bytes, start: int, end: int, line: int, n: int
+    ) -> None:
+        """A writer with no pid yet takes the one of its first NCCL line here."""
+        assert self._ids is not None
+        ids = self._ids
+        at = block.find(b" NCCL ", start, end)
+        counted, lines = start, line
+        while at >= 0:
+            line_start = block.rfind(b"\n", start, at) + 1 or start
+            lines += block.count(b"\n", counted, line_start)
+            counted = line_start
+            line_end = block.find(b"\n", at, end)
+            if ids[lines] == i and stream.learn_pid(block[line_start:line_end]):
+                return
+            at = block.find(b" NCCL ", line_end + 1, end)
+        stream.pid_budget -= n
+
+    def _key_stream(self, key: bytes) -> Stream:
+        stream = self._key_streams.get(key)
+        if stream is None:
+            if key:
+                _, prefix = strip(key.decode("utf-8", "replace") + "x", self.parser.style)
+                stream = self.parser.stream_of(prefix.rank, prefix.local_rank, prefix.host)
+            else:
+                stream = self.parser.default_stream()
+            self._key_streams[key] = stream
+        return stream
+
+    # -- tails: each writer's last skimmed lines ----------------------------------------
+    def settle(self, stream: Stream, lineno: int) -> None:
+        """Give ``stream``'s ring its skimmed lines before line ``lineno`` (which it is
+        about to read)."""
+        if id(stream) in self.pending:
+            self._take_tail(stream, lineno - 1 - self._base)
+
+    def _take_tail(self, stream: Stream, upto: int) -> None:
+        """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
+        assert self._ids is not None and self._skimmed is not None
+        self.pending.pop(id(stream), None)
+        mine = [i for i, s in enumerate(self._streams) if s is stream]
+        first = self._taken.get(id(stream), 0)
+        ids = self._ids[first:upto]
+        hit = ids == mine[0] if len(mine) == 1 else np.isin(ids, mine)
+        lines = (np.flatnonzero(hit & self._skimmed[first:upto]) + first)[-RING:]
+        self._taken[id(stream)] = upto
+        if not len(lines):
+            return
+        if self._ends is None:
+            self._ends = np.flatnonzero(np.frombuffer(self._block, dtype=np.uint8) == 10)
+        ends = self._ends
+        block, base = self._block, self._base
+        tail = []
+        for j in lines.tolist():
+            begin = int(ends[j - 1]) + 1 if j else 0
+            tail.append((base + j + 1, block[begin : int(ends[j])]))
+        stream.ring.extend_raw(tail, self.parser.style)

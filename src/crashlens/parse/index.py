@@ -1,0 +1,51 @@
+"""The fast path's first half: index a block of whole lines, with no parser state.
+
+An index says where a block's trigger lines are (:class:`~crashlens.parse.scan.TriggerScanner`)
+and, when some line carries a launcher prefix, which writer each line is (a key id per line).
+It depends on the bytes alone, so the blocks of one big file are indexed in worker processes
+while the parser, which keeps per-writer state across the whole file, takes them in order
+(:meth:`crashlens.parse.fast.FastPath.take`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+from crashlens.ingest.prefixes import PrefixKeys
+from crashlens.parse.scan import TriggerScanner
+
+
+@dataclass(frozen=True, slots=True)
+class BlockIndex:
+    """Where a block's trigger lines are, and each line's writer when lines are prefixed."""
+
+    #: Newlines in the block (every block ends with one).
+    lines: int
+    #: Byte offsets of the lines holding a trigger literal, ascending.
+    triggers: tuple[int, ...]
+    #: Their line indexes in the block (0-based), in the same order.
+    trigger_lines: tuple[int, ...]
+    #: Per line, an index into ``key_table``; None when no line has a prefix (one writer).
+    keys: array[int] | None = None
+    #: The distinct prefixes as raw bytes (``b""``: no prefix).
+    key_table: tuple[bytes, ...] = ()
+
+
+def index_block(block: bytes, scanner: TriggerScanner, prefixes: PrefixKeys) -> BlockIndex:
+    """Index ``block`` (whole lines, ending with a newline)."""
+    starts = scanner.line_starts(block)
+    trigger_lines = []
+    line, prev = 0, 0
+    count = block.count
+    for start in starts:
+        line += count(b"\n", prev, start)
+        trigger_lines.append(line)
+        prev = start
+    lines = line + count(b"\n", prev)
+    if prefixes.single(block, 0, len(block)):
+        return BlockIndex(lines, tuple(starts), tuple(trigger_lines))
+    keys = prefixes.keys(block, 0, len(block))
+    table = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    ids = array("I", map(table.__getitem__, keys))
+    return BlockIndex(lines, tuple(starts), tuple(trigger_lines), ids, tuple(table))
