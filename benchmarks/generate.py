@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 OOM_RANK = 37
+START = 1_714_525_200  # 2024-05-01 01:00:00 UTC
 STEP = (
     "{ts},{ms:03d} INFO train: step {step} loss {loss:.4f} lr 3.00e-04 grad_norm {gn:.3f} "
     "tok/s {tok}\n"
@@ -69,10 +71,21 @@ def rank_log(
     oom_rank: int = OOM_RANK,
     retries: int = 0,
 ) -> str:
+    """One rank's whole log."""
+    return "".join(rank_lines(rank, target_bytes, rng, oom_rank, retries))
+
+
+def rank_lines(
+    rank: int,
+    target_bytes: int,
+    rng: random.Random,
+    oom_rank: int = OOM_RANK,
+    retries: int = 0,
+) -> Iterator[str]:
+    """One rank's log, a piece at a time (a multi-GB log never sits in memory)."""
     node, dev = divmod(rank, 8)
     retry_at = sorted(rng.randrange(target_bytes * 4 // 5) for _ in range(retries))
     pid = 40000 + rank * 13
-    out: list[str] = []
     size = 0
     step = 0
     sec = 0
@@ -81,7 +94,7 @@ def rank_log(
     while size < target_bytes:
         step += 1
         sec += 1
-        ts = f"2024-05-01 {1 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(START + sec))
         kind = rng.random()
         if kind < 0.55:
             line = STEP.format(ts=ts, ms=rng.randrange(1000), step=step, loss=rng.random() * 3,
@@ -105,14 +118,13 @@ def rank_log(
         while retry_at and size > retry_at[0]:
             line += RETRY.format(ts=ts, ms=2)
             retry_at.pop(0)
-        out.append(line)
+        yield line
         size += len(line)
-    end = f"03:{sec // 60 % 60:02d}:{sec % 60:02d}.123456789"
+    end = time.strftime("%H:%M:%S", time.gmtime(START + sec + 600)) + ".123456789"
     if rank == oom_rank:
-        out.append(OOM.format(r=rank))
+        yield OOM.format(r=rank)
     else:
-        out.append(TIMEOUT.format(r=rank, ts=end))
-    return "".join(out)
+        yield TIMEOUT.format(r=rank, ts=end)
 
 
 def generate(
@@ -132,6 +144,15 @@ def generate(
         text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank, retries)
         (d / f"rank_{rank}.log").write_text(text)
     return root
+
+
+def single(path: Path, mb: float, seed: int = 0, retries: int = 0) -> Path:
+    """One rank's log of ``mb`` MB (the OOM rank's), written as it is generated."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed * 1000 + OOM_RANK)
+    with path.open("w") as out:
+        out.writelines(rank_lines(OOM_RANK, int(mb * 1e6), rng, OOM_RANK, retries))
+    return path
 
 
 STYLES = ("default", "rank", "srun", "mpi", "pdsh", "kubectl", "stamped")
@@ -179,7 +200,7 @@ def console(
     pos = [0] * ranks
     live = list(range(ranks))
     path.parent.mkdir(parents=True, exist_ok=True)
-    start = 1_714_525_200  # 2024-05-01 01:00:00 UTC
+    start = START
     with path.open("w") as out:
         n = 0
         while live:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.cli import app, parse_skew
-from crashlens.errors import ExitCode
+from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import render
 
 runner = CliRunner()
@@ -383,3 +383,93 @@ def test_reports_crashlens_wrote_are_not_read_back_as_logs(tmp_path: Path) -> No
     assert len(notes) == 4  # report.html is skipped by its extension already
     cited = {Path(ev.file).name for c in again.causes for ev in c.evidence}
     assert cited == {Path(ev.file).name for c in first.causes for ev in c.evidence}
+
+
+COMMANDS = [
+    [], ["analyze"], ["schema"], ["rules"], ["rules", "list"], ["rules", "show"],
+    ["rules", "lint"], ["rules", "test"], ["repro"], ["run"], ["watch"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "crashlens")
+def test_help_shows_no_python_type_placeholders(command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    shown = result.stdout
+    assert "Usage: " in shown
+    for placeholder in ("list[", "<bool>", "<str>", "<path>", "<int>", "<float>", "{"):
+        assert placeholder not in shown, placeholder
+    if command == ["analyze"]:
+        assert "Usage: crashlens analyze [OPTIONS] PATH..." in shown
+        for metavar in ("FORMAT", "FILE", "HOST=OFFSET", "SEVERITY", "URL"):
+            assert metavar in shown, metavar
+
+
+def test_verbose_option_shows_the_evidence() -> None:
+    job = str(FIXTURES / "gpu" / "cuda_oom_single")
+    short = runner.invoke(app, ["analyze", job]).stdout
+    long = runner.invoke(app, ["analyze", job, "-v"]).stdout
+    assert "Evidence:" not in short and "Evidence:" in long
+    assert "train.log:60" in long and "(the first failure, above)" in long
+
+
+def test_config_is_found_walking_up_or_given_and_pyproject_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.log").write_text(OOM_TB)
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "src" / "deep").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.crashlens]\ndisable = ["cuda-oom", "no-such-rule"]\n'
+    )
+    monkeypatch.chdir(project / "src" / "deep")
+
+    def rules_of(*extra: str) -> tuple[list[str], str]:
+        result = runner.invoke(app, ["analyze", str(job), "-f", "json", *extra])
+        return [c["rule"] for c in json.loads(result.stdout)["causes"]], result.stderr
+
+    found, stderr = rules_of()
+    assert "cuda-oom" not in found, "the pyproject.toml two levels up is the config"
+    warnings = [x for x in stderr.splitlines() if "no-such-rule" in x]
+    assert warnings == [
+        f"crashlens: warning: {project / 'pyproject.toml'}: disable: no rule 'no-such-rule' "
+        "(see crashlens rules list)"
+    ]
+    # A crashlens.yaml nearer the working directory wins.
+    (project / "src" / "crashlens.yaml").write_text("disable: []\n")
+    found, stderr = rules_of()
+    assert "cuda-oom" in found and "no-such-rule" not in stderr
+    # --config beats discovery.
+    other = tmp_path / "other.yaml"
+    other.write_text("disable: [cuda-oom]\n")
+    assert "cuda-oom" not in rules_of("--config", str(other))[0]
+    missing = runner.invoke(app, ["analyze", str(job), "--config", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "config file not found" in missing.stderr
+    listed = runner.invoke(app, ["rules", "list", "--config", str(other)]).stdout
+    assert "cuda-oom " not in listed and "nccl-watchdog-timeout" in listed
+
+
+def test_discovery_stops_at_the_repository_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crashlens.config import Config, load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "crashlens.yaml").write_text("disable: [cuda-oom]\n")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    inner = repo / "a" / "b"
+    inner.mkdir(parents=True)
+    assert load_config(tmp_path / "elsewhere").disable == ("cuda-oom",), "found walking up"
+    assert load_config(inner) == Config(), "a file above the repository is not used"
+    (repo / "pyproject.toml").write_text('[project]\nname = "no-table"\n')
+    assert load_config(inner) == Config(), "a pyproject.toml without [tool.crashlens] is skipped"
+    (repo / "pyproject.toml").write_text("[tool.crashlens]\nskew = {node-02 = 2.5}\n")
+    assert load_config(inner).skew == {"node-02": 2.5}
+    (repo / "pyproject.toml").write_text("[tool.crashlens]\ncolour = 1\n")
+    with pytest.raises(CrashlensError, match=r"pyproject.toml \[tool.crashlens\]: unknown key"):
+        load_config(inner)

@@ -97,3 +97,85 @@ def test_blocks_end_on_line_boundaries_and_cut_overlong_lines() -> None:
     assert joined.startswith(b"one\n") and joined.endswith(b"two\nthree\n")
     assert joined.count(b"\n") == 4
     assert len(joined) < 200_000
+
+
+def _generator():
+    import sys
+
+    sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
+    import generate
+
+    return generate
+
+
+def full_summary(path: Path, runner) -> dict[str, object]:
+    """Everything the report says about causes, first failure and ranks (last words too)."""
+    from crashlens.session import Session
+
+    data = Session.configured(runner=runner).read_paths([path]).finish().to_dict()
+    causes = [
+        (c["rule"], c["confidence"], c["ranks"], [(e["file"], e["line"], e["time"], e["text"])
+                                                   for e in c["evidence"]])
+        for c in data["causes"]
+    ]  # fmt: skip
+    ranks = [
+        (r["rank"], r["lines"], r["first_time"], r["last_time"], r["pids"], r.get("last_lines"))
+        for r in data["ranks"]
+    ]
+    return {"causes": causes, "first": data["first_failure"], "ranks": ranks}
+
+
+@pytest.mark.parametrize("style", ["rank", "default", "srun", "mpi", "pdsh", "kubectl", "stamped"])
+def test_consoles_of_every_prefix_style_agree_with_the_line_by_line_path(
+    tmp_path: Path, style: str
+) -> None:
+    """A combined console (ranks interleaved behind launcher prefixes, handled retries, one
+    OOM) is demultiplexed on the fast path into exactly what the line-by-line path finds."""
+    gen = _generator()
+    ranks = 8 if style == "default" else 16  # torchrun --tee writes one node's console
+    path = gen.console(tmp_path / "console.log", ranks, 1.2, style, retries=2, oom_rank=5)
+    fast, slow = summary(path, fast=True), summary(path, fast=False)
+    assert fast == slow
+    assert fast["first"]["rank"] == 5 and fast["causes"][0][0] == "cuda-oom"
+    assert len(fast["ranks"]) == ranks
+
+
+def test_handled_tracebacks_followed_by_many_steps_agree_across_blocks(tmp_path: Path) -> None:
+    """Retried exceptions spread over several 2 MB blocks stay handled on the fast path."""
+    gen = _generator()
+    gen.generate(tmp_path / "job", ranks=2, mb_per_rank=4.5, oom_rank=1, retries=8)
+    fast, slow = summary(tmp_path / "job", True), summary(tmp_path / "job", False)
+    assert fast == slow
+    assert fast["first"]["rank"] == 1 and fast["causes"][0][0] == "cuda-oom"
+
+
+def test_one_big_file_split_across_workers_gives_the_same_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers index byte ranges of one console while the parent parses it in order: the
+    per-rank state crosses the seams, so the report equals the one-process read."""
+    import crashlens.session as session
+    from crashlens.session import ForkRunner, SequentialRunner
+
+    gen = _generator()
+    path = gen.console(tmp_path / "console.log", 16, 6.0, "rank", retries=3, oom_rank=5)
+    monkeypatch.setattr(session, "RANGE_BYTES", 1 << 20)
+    ranges = session.split_points(path, path.stat().st_size, 6)
+    assert len(ranges) == 7  # six ranges, each starting a line
+    split = full_summary(path, ForkRunner(workers=2, min_bytes=0, split_bytes=1 << 20))
+    whole = full_summary(path, SequentialRunner())
+    assert split == whole
+    assert split["first"]["rank"] == 5
+
+
+def test_progress_advances_while_one_big_file_is_read(tmp_path: Path) -> None:
+    from crashlens.session import SequentialRunner, Session
+
+    gen = _generator()
+    path = gen.console(tmp_path / "console.log", 8, 7.0, "rank", oom_rank=5)
+    told: list[int] = []
+    Session.configured(runner=SequentialRunner()).read_paths(
+        [path], progress=lambda _p, n: told.append(n)
+    )
+    assert len(told) >= 3  # one per 2 MB block, not one at the end
+    assert sum(told) == path.stat().st_size

@@ -107,6 +107,11 @@ def test_dom_shows_diagnosis_without_console_errors(
     assert ff is not None
     assert f"<dt>Rank</dt><dd>{ff.rank}</dd>" in dom
     assert 'class="lane-ff"' in dom, "the first failing lane is highlighted"
+    # The remediation is rendered Markdown: a real ordered list with code, in the browser's DOM.
+    remedy = re.search(r'<div class="remedy">(.*?)</div>', dom, re.S)
+    assert remedy is not None
+    assert re.search(r"<ol>\s*<li>", remedy.group(1)) and remedy.group(1).count("<li>") == 5
+    assert "<code>model.gradient_checkpointing_enable()</code>" in remedy.group(1)
     problems = [line for line in err.splitlines() if PROBLEMS.search(line)]
     assert not problems, problems
 

@@ -9,6 +9,7 @@ import lzma
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from crashlens.ingest.discover import attribute, discover
 from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, open_text, sniff
@@ -16,7 +17,7 @@ from crashlens.ingest.read import MAX_LINE, NotText, iter_lines, open_text, snif
 LOG = "2024-05-01 03:14:00,000 INFO a\n2024-05-01 03:14:01,000 INFO b\n"
 
 
-@pytest.mark.parametrize("opener", [gzip.compress, bz2.compress, lzma.compress])
+@pytest.mark.parametrize("opener", [gzip.compress, bz2.compress, lzma.compress, zstandard.compress])
 def test_compressed_logs_are_read_transparently(tmp_path: Path, opener) -> None:
     path = tmp_path / "rank_0.log.any"
     path.write_bytes(opener(LOG.encode()))
@@ -102,3 +103,46 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
     assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
     assert any("read stopped early" in n for n in report.notes)
     assert path.read_bytes() == before
+
+
+def test_zstd_log_is_analysed(tmp_path: Path) -> None:
+    from crashlens import analyze
+
+    log = (Path(__file__).parent.parent / "fixtures/gpu/cuda_oom_single/train.log").read_bytes()
+    path = tmp_path / "train.log.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=3).compress(log))
+    report = analyze([path])
+    assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
+    assert (
+        report.primary.evidence[0].line == log[: log.index(b"CUDA out of memory")].count(b"\n") + 1
+    )
+
+
+def test_a_run_of_zeros_is_binary_not_utf16() -> None:
+    with pytest.raises(NotText):
+        sniff(b"\0" * 8192)
+
+
+def test_decompression_bomb_is_capped_and_the_rest_of_the_job_analysed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small .gz that decompresses to far more than logs compress from stops at the cap,
+    with a note, and the real log beside it is still analysed."""
+    import crashlens.ingest.read as read
+    from crashlens import analyze
+
+    monkeypatch.setattr(read, "BOMB_MIN_BYTES", 1 << 20)
+    (tmp_path / "real.log").write_bytes(
+        (Path(__file__).parent.parent / "fixtures/gpu/cuda_oom_single/train.log").read_bytes()
+    )
+    line = b"2024-05-01 01:00:00,000 INFO train: step 1 loss 0.5\n"
+    bomb = tmp_path / "bomb.log.gz"
+    bomb.write_bytes(gzip.compress(line * 400_000))  # 21 MB of text in ~60 KB
+    assert len(line) * 400_000 > read.BOMB_RATIO * bomb.stat().st_size > (1 << 20)
+    report = analyze([tmp_path], parallel=False)
+    assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
+    note = next(n for n in report.notes if n.startswith(str(bomb)))
+    assert "decompression bomb" in note and "the rest of the file is left out" in note
+    bomb_input = next(f for f in report.inputs if f.path == str(bomb))
+    cap_lines = read.BOMB_RATIO * bomb.stat().st_size // len(line)
+    assert 0.5 * cap_lines < bomb_input.lines <= cap_lines + 1

@@ -49,3 +49,37 @@ def test_reserved_fields_are_typed_once_and_never_guessed() -> None:
     assert roles.waits_on is None and roles.local_rank is None  # unparsable: left out
     hit = Hit("r", "d", Evidence("f", 1, None, None, None, False, "t"), {"pid": "7"})
     assert hit.roles.pid == 7  # a hit types its fields when it is made
+
+
+def test_fill_makes_values_from_the_logs_data_not_markup() -> None:
+    from markdown_it import MarkdownIt
+
+    hostile = "*bold* [x](javascript:alert(1)) <script> <!channel> `tick`"
+    filled = fill("An uncaught {exc}: {message}. Retry.", {"exc": "KeyError", "message": hostile})
+    # a plain value stays prose; one with markup characters is a code span around all of it
+    assert filled == f"An uncaught KeyError: `` {hostile} ``. Retry."
+    inline = MarkdownIt("commonmark").parseInline(filled)[0].children or []
+    assert [t.type for t in inline] == ["text", "code_inline", "text"]
+    assert inline[1].content == hostile
+    # inside the template's own code span the value goes in raw, the span widened if needed
+    assert fill("run `nc -zv {host} {port}`", {"host": "n1", "port": "29500"}) == (
+        "run `nc -zv n1 29500`"
+    )
+    assert fill("failed: `{assertion}`.", {"assertion": "a ` b"}) == "failed: ``a ` b``."
+    assert fill("`{{k: v}}` for {n}", {"n": "8"}) == "`{k: v}` for 8"
+
+
+def test_user_frame_names_the_users_code_in_the_remediation() -> None:
+    from conftest import FIXTURES
+    from crashlens import analyze
+
+    report = analyze([FIXTURES / "repro/corrupt_jsonl"])
+    ff = report.first_failure
+    # a DataLoader worker's "Original Traceback" inside the re-raised message says where
+    assert ff is not None and ff.frame is not None
+    assert (ff.frame.function, ff.frame.line) == ("__getitem__", 37)
+    assert ff.frame.file.endswith("/corrupt_jsonl.py")
+    user = analyze([FIXTURES / "repro/user_code_error"]).primary
+    assert user is not None and user.user_frame is not None
+    assert f"(at `{user.user_frame}`)" in user.remediation
+    assert "innermost user frame" not in user.remediation

@@ -20,20 +20,32 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from rich.console import Console
 
 from conftest import FIXTURES, ROOT
 from crashlens import __version__, analyze
 from crashlens.errors import CrashlensError
-from crashlens.render import FORMATS, ci, render, slack
+from crashlens.render import FORMATS, ci, remedy, render, slack, text
 from crashlens.render import html as html_format
 from crashlens.render import markdown as md_format
 from crashlens.report import Report
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-JOBS = ["gpu/nccl_timeout_cascade", "repro/rank_exception_cascade"]
-SNAPSHOT_EXT = {"markdown": "md", "github": "github.txt", "junit": "junit.xml"}
+JOBS = ["gpu/nccl_timeout_cascade", "repro/rank_exception_cascade", "gpu/cuda_oom_single"]
+SNAPSHOT_EXT = {
+    "text": "txt",
+    "json": "json",
+    "html": "html",
+    "markdown": "md",
+    "slack": "slack.json",
+    "github": "github.txt",
+    "junit": "junit.xml",
+}
 
 HOSTILE = (
+    "*bold* [x](javascript:alert(1)) `tick` "
     "<script>alert(1)</script> <img src=x onerror=alert(1)> ``` <!channel> @here "
     "<@U123> <http://evil.example|click> [bold red]x[/bold red] %0A::error::x \x1b[31m red"
 )
@@ -225,11 +237,6 @@ def test_html_structure(job: str) -> None:
         assert needle not in page, needle
 
 
-def test_html_renders_remediation_as_text_not_markdown(hostile: Report) -> None:
-    page = render(hostile, "html")
-    assert '<pre class="remedy">An uncaught ValueError ended the process: &lt;script&gt;' in page
-
-
 def test_html_timeline_64_ranks(tmp_path: Path) -> None:
     write_64_rank_job(tmp_path)
     report = analyze([tmp_path])
@@ -317,11 +324,16 @@ def test_hostile_html(hostile: Report) -> None:
 
 def test_hostile_markdown(hostile: Report) -> None:
     out = render(hostile, "markdown")
-    heading_and_prose = [x for x in _outside_fences(out)]
-    joined = "\n".join(heading_and_prose)
-    assert "<script" not in joined and "<img" not in joined and "<!channel>" not in joined
-    assert "&lt;script&gt;" in joined
-    assert out.count("```") % 2 == 0, "a log line cannot open or close a fence"
+    # Outside code, markup is entity-escaped; in the remediation the value is a code span.
+    html_tokens = [t.content for t in _tokens(out) if t.type in ("html_inline", "html_block")]
+    assert not [x for x in html_tokens if re.search(r"<(script|img|!channel|@U|http)", x)]
+    assert not [t for t in _tokens(out) if t.type == "link_open" and "evil" in str(t.attrs)]
+    code = [t.content for t in _tokens(out) if t.type == "code_inline"]
+    assert any("<script>alert(1)</script>" in x for x in code), "shown readable, as code"
+    # A log line can neither open nor close a fence: the fences are exactly the renderer's.
+    fences = [t for t in _tokens(out) if t.type == "fence"]
+    assert len(fences) == sum(1 for x in out.splitlines() if x == "```text") >= 2
+    assert all(t.info == "text" for t in fences)
     assert "\x1b" not in out
     inside = "\n".join(_inside_fences(out))
     assert "<script>alert(1)</script>" in inside, "code blocks keep the text readable"
@@ -450,3 +462,235 @@ def test_slack_cuts_evidence_between_words_and_lists_what_the_cause_explains() -
     assert first.endswith("try setting …")  # a whole word, then the ellipsis
     [explains] = [t for t in texts if t.startswith("*Explains*")]
     assert "NCCL watchdog collective timeout (`nccl_timeout`) ×32 on ranks 0, 1, 2, 3" in explains
+
+
+# --- remediation, rendered as Markdown in every format ------------------------------------------
+
+OOM = "gpu/cuda_oom_single"
+#: What the hostile exception's message starts with, as the fallback rule captures it.
+HOSTILE_HEAD = "*bold* [x](javascript:alert(1)) `tick` <script>"
+
+
+def _tokens(markdown: str) -> list[Token]:
+    """Block and inline tokens of a document, as a CommonMark renderer (raw HTML on) sees it."""
+    out = []
+    for tok in MarkdownIt("commonmark").parse(markdown):
+        out.append(tok)
+        out.extend(tok.children or [])
+    return out
+
+
+def _remediation_section(markdown: str) -> str:
+    """The Markdown between "**Remediation:**" and the next bold label or heading."""
+    after = markdown.split("**Remediation:**", 1)[1]
+    return re.split(r"\n\*\*[A-Z]|\n#", after, maxsplit=1)[0]
+
+
+def test_markdown_remediation_is_a_real_list_with_code_spans() -> None:
+    out = render(report_for(OOM), "markdown")
+    section = _remediation_section(out)
+    kinds = [t.type for t in _tokens(section)]
+    assert "ordered_list_open" in kinds
+    assert kinds.count("list_item_open") == 5
+    code = [t.content for t in _tokens(section) if t.type == "code_inline"]
+    assert "model.gradient_checkpointing_enable()" in code
+    assert "\\`" not in out, "backticks are not escaped into literal text"
+    # The frame of the user's code is named next to the remediation.
+    assert "**In your code:** `/home/alice/llm/model.py:84 in forward`" in out
+
+
+def test_markdown_keeps_log_values_in_the_remediation_inert(hostile: Report) -> None:
+    section = _remediation_section(render(hostile, "markdown"))
+    tokens = _tokens(section)
+    kinds = {t.type for t in tokens}
+    assert not kinds & {"link_open", "html_inline", "html_block", "em_open", "strong_open"}
+    [value] = [t.content for t in tokens if t.type == "code_inline" and "<script>" in t.content]
+    assert value.startswith(HOSTILE_HEAD), "the message is shown whole, as code"
+
+
+def test_html_remediation_is_an_ordered_list_with_code() -> None:
+    page = render(report_for(OOM), "html")
+    [remedy_html] = re.findall(r'<div class="remedy">(.*?)</div>', page, re.S)
+    assert remedy_html.count("<li>") == 5 and "<ol>" in remedy_html
+    assert "<code>model.gradient_checkpointing_enable()</code>" in remedy_html
+    assert "<p>GPU 0 ran out of memory: it tried to allocate 2.00 GiB" in remedy_html
+
+
+def test_html_links_only_http_targets() -> None:
+    out = remedy.to_html("[ok](https://example.org/a) [bad](javascript:alert(1)) <b>x</b>")
+    assert out.count("<a ") == 1
+    assert '<a href="https://example.org/a" rel="noopener noreferrer">ok</a>' in out
+    assert "[bad](javascript:alert(1))" in out and "&lt;b&gt;" in out
+    assert html_format._reference("file:///etc/passwd") == "file:///etc/passwd"
+    assert html_format._reference("http://example.org/").startswith('<a href="http://')
+    assert html_format._reference("javascript:alert(1)") == "javascript:alert(1)"
+
+
+def test_html_keeps_log_values_in_the_remediation_inert(hostile: Report) -> None:
+    page = render(hostile, "html")
+    [remedy_html] = re.findall(r'<div class="remedy">(.*?)</div>', page, re.S)
+    assert "<a " not in remedy_html and "<strong>" not in remedy_html
+    assert "<em>" not in remedy_html
+    assert "<code>*bold* [x](javascript:alert(1)) `tick` &lt;script&gt;" in remedy_html
+
+
+def test_slack_remediation_has_numbered_lines_and_code_spans() -> None:
+    data = json.loads(render(report_for(OOM), "slack"))
+    texts = [b["text"]["text"] for b in data["blocks"] if "text" in b and "text" in b["text"]]
+    [fix] = [t for t in texts if t.startswith("*Remediation*")]
+    lines = fix.splitlines()
+    assert [x[:3] for x in lines if x[:1].isdigit()] == ["1. ", "2. ", "3. ", "4. ", "5. "]
+    assert "`model.gradient_checkpointing_enable()`" in fix
+    assert "\\`" not in fix
+    assert "*In your code:* `/home/alice/llm/model.py:84 in forward`" in texts
+
+
+def test_slack_keeps_log_values_in_the_remediation_inert(hostile: Report) -> None:
+    data = json.loads(render(hostile, "slack"))
+    texts = [b["text"]["text"] for b in data["blocks"] if "text" in b and "text" in b["text"]]
+    [fix] = [t for t in texts if t.startswith("*Remediation*")]
+    # One code span holds the message: Slack formats nothing inside it, links nothing.
+    span = re.search(r"`([^`]*)`", fix)
+    assert span is not None and span.group(1).startswith("*bold* [x](javascript:alert(1)) 'tick'")
+    assert "&lt;!channel&gt;" in span.group(1) and "<!channel>" not in fix
+    assert "*bold*" not in fix.replace(span.group(0), "")
+    assert slack.remediation("[a](javascript:x) [b](https://e.org)") == (
+        "[a](javascript:x) <https://e.org|b>"
+    )
+
+
+def test_plain_formats_show_the_remediation_as_text(hostile: Report) -> None:
+    message = render(hostile, "github").split("::", 2)[2]
+    assert "*bold* [x](javascript:alert(1))" in message, "the value reaches CI as it was logged"
+    root = ET.fromstring(render(report_for(OOM), "junit"))
+    failure = root.find("./testsuite/testcase/failure")
+    assert failure is not None and failure.text is not None
+    assert "\n1. Halve per_device_train_batch_size" in failure.text
+    assert "(`model.gradient_checkpointing_enable()`," in failure.text
+    assert "In your code: /home/alice/llm/model.py:84 in forward" in failure.text
+
+
+def test_github_annotation_points_at_the_users_frame() -> None:
+    report = report_for("repro/rank_exception_cascade")
+    frame = report.causes[0].user_frame
+    assert frame is not None and frame.function == "check_batch" and frame.line == 24
+    first = render(report, "github").splitlines()[0]
+    assert first.startswith(f"::error file={ci.gh_property(frame.file)},line=24,")
+    assert "In your code: " in first and "rank_exception_cascade.py:24 in check_batch" in first
+    # Without a traceback frame the annotation cites the log line.
+    kill = analyze([FIXTURES / "gpu/slurm_host_oom"])
+    assert kill.causes[0].user_frame is None
+    lead = kill.causes[0].lead
+    assert lead is not None
+    expected = f"::error file={ci.gh_property(lead.file)},line={lead.line},"
+    assert render(kill, "github").startswith(expected)
+
+
+# --- the terminal -------------------------------------------------------------------------------
+
+
+def _screen(report: Report, *, verbose: bool = False, width: int = 80) -> list[str]:
+    with open(os.devnull, "w") as sink:
+        console = Console(width=width, record=True, color_system=None, file=sink)
+        for block in text.renderables(report, verbose=verbose):
+            console.print(block)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_default_terminal_view_fits_one_screen_at_80_columns(job: str) -> None:
+    report = report_for(job)
+    screen = _screen(report)
+    assert len(screen) <= 30, "\n".join(screen)
+    assert max(len(x) for x in screen) <= 80
+    joined = "\n".join(screen)
+    assert screen[0].startswith("crashlens: " + report.verdict[:30])
+    assert re.search(r"^(Rank \d+|The process)( on \S+)? failed first", joined, re.M), joined
+    assert "in your code: " in joined
+    assert "Fix:" in joined and "Cause: " in joined
+    assert "Evidence:" not in joined, "the evidence is behind --verbose"
+    assert not re.search(r"[╭╮╰╯│─]", joined), "no boxes"
+
+
+def test_the_oom_message_is_shown_once_and_marks_are_explained() -> None:
+    report = report_for(OOM)
+    plain = render(report, "text")
+    assert plain.count("Tried to allocate") == 1
+    assert "~ = time inferred" in plain and "03:05:40.492~" in plain
+    verbose = render(report, "text", verbose=True)
+    assert verbose.count("Tried to allocate") == 1, "its evidence line points at the first failure"
+    assert "(the first failure, above)" in verbose
+
+
+def test_verbose_shows_evidence_causes_and_inputs_the_default_hides() -> None:
+    report = report_for("gpu/nccl_timeout_cascade")
+    default, verbose = render(report, "text"), render(report, "text", verbose=True)
+    assert "Evidence:" not in default and "Evidence:" in verbose
+    assert "SOURCE.md" not in default and "SOURCE.md: not a log" in verbose
+    for i, cause in enumerate(report.causes, 1):
+        assert f"#{i} {cause.match.rule.title}" in verbose
+    assert "4. Shard optimizer state" in verbose and "4. Shard optimizer state" not in default
+    assert "(+2 more steps: --verbose)" in default
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_piped_text_is_plain_unwrapped_and_worded(job: str) -> None:
+    report = report_for(job)
+    out = render(report, "text", verbose=True)
+    assert not re.search(r"[╭╮╰╯│─]", out) and "\x1b" not in out
+    ff = report.first_failure
+    assert ff is not None and any(line.strip() == ff.text for line in out.splitlines()), (
+        "the first failure's message is one line, not hard-wrapped"
+    )
+    for wrong in ("(s)", " 0 rank", "0.0 MB", "on ranks 0\n"):
+        assert wrong not in out, wrong
+    assert not re.search(r"on ranks \d+(?![,\d])", out), "one rank is 'rank N'"
+
+
+def test_sizes_and_plurals_are_worded_for_people() -> None:
+    assert text.human_bytes(512) == "512 bytes" and text.human_bytes(1) == "1 byte"
+    assert text.human_bytes(5_400) == "5.4 KB" and text.human_bytes(34_300_000) == "34.3 MB"
+    assert text.on_ranks([]) == "" and text.on_ranks([0]) == " on rank 0"
+    assert text.on_ranks((0, 1)) == " on ranks 0, 1"
+
+
+def test_terminal_keeps_log_values_inert(hostile: Report) -> None:
+    plain = render(hostile, "text", verbose=True)
+    assert "*bold* [x](javascript:alert(1)) `tick`" in plain
+    colored = render(hostile, "text", color=True, width=200, verbose=True)
+    visible = re.sub(r"\x1b\[[0-9;]*m", "", colored)
+    assert "[bold red]x[/bold red]" in visible, "rich markup in a log line is shown, not applied"
+    assert "\x1b[31m red" not in colored and "\x1b]8;" not in colored, "no link, no log colour"
+
+
+# --- HTML details -------------------------------------------------------------------------------
+
+
+def test_html_single_process_timeline_and_no_fatal_mark_before_the_first_failure() -> None:
+    svg = html_format.timeline_svg(report_for(OOM))
+    assert re.findall(r'class="lane-label"[^>]*>([^<]*)</text>', svg) == ["process"]
+    spans = re.findall(r'class="span"><title>([^<]*)</title>', svg)
+    assert spans == ["the process: logged 2024-05-01 03:02:11.402 → 2024-05-01 03:05:40.492"]
+    assert "launcher/system" not in svg
+    # A handled ConnectionError logged before the fatal KeyError is not drawn as fatal.
+    marks = re.findall(
+        r'class="m-(\w+)"><title>[^\n]*· ([\d: -]+\.\d+)',
+        html_format.timeline_svg(analyze([FIXTURES / "repro/user_code_error"])),
+    )
+    assert ("other", "2026-11-29 21:11:32.940") in marks
+    assert [t for cat, t in marks if cat == "fatal"] == ["2026-11-29 21:11:32.942"]
+
+
+def test_html_headline_of_a_launcher_summary_is_its_root_cause() -> None:
+    page = render(report_for("repro/rank_exception_cascade"), "html")
+    titles = re.findall(r"<summary><b>([^<]*)</b>", page)
+    child = [t for t in titles if "ChildFailedError" in t]
+    assert child and all("=====" not in t for t in child)
+    assert "ChildFailedError: rank 2 on localhost failed first (exit code 1)" in child[0]
+
+
+def test_html_detail_grid_breaks_paths_at_slashes_not_inside_words() -> None:
+    page = render(report_for(OOM), "html")
+    assert "word-break:break-all" not in page and "overflow-wrap:anywhere" not in page
+    assert ".facts dd{margin:0;font-weight:600;overflow-wrap:break-word;word-break:normal}" in page
+    assert "/<wbr>gpu/<wbr>cuda_oom_single/<wbr>train.log:60</dd>" in page

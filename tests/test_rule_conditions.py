@@ -244,11 +244,15 @@ def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.skew == {"node-02": 2.5, "node-03": -1.0}
     assert "user-code-error" not in cfg.apply(load_rules()).by_id
     assert cfg.apply(load_rules()).versions  # the matrix survives
-    # the user-level file is used when the working directory has none
+    # found from a subdirectory too, walking up
+    assert load_config(tmp_path / "team-rules").disable == ("user-code-error",)
+    # the user-level file is used when no directory up to the repository root has one
     home = tmp_path / "xdg" / "crashlens"
     home.mkdir(parents=True)
     (home / "crashlens.yaml").write_text("disable: [cuda-oom]\n")
-    assert load_config(tmp_path / "team-rules").disable == ("cuda-oom",)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    assert load_config(repo).disable == ("cuda-oom",)
 
 
 @pytest.mark.parametrize(

@@ -315,7 +315,13 @@ def _order(ev: Evidence) -> tuple[bool, float, str, int]:
 
 
 def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> list[RankSummary]:
-    """One summary per known rank (streams of unknown rank are left to the input inventory)."""
+    """One summary per known rank (streams of unknown rank are left to the input inventory).
+
+    A single-process job (one stream, of no rank, and no launcher report) keeps its one
+    summary, ``rank`` None: it is the process the report is about.
+    """
+    if len(summaries) == 1 and summaries[0].rank is None and not failures:
+        return [summaries[0]]
     merged: dict[int, RankSummary] = {}
     for s in summaries:
         if s.rank is None:

@@ -8,10 +8,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import regex
 import typer
+import typer.core
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -24,7 +25,7 @@ from rich.progress import Progress as RichProgress
 
 from crashlens._version import __version__
 from crashlens.api import Progress, input_size
-from crashlens.config import load_config
+from crashlens.config import Config, load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.render import FORMATS, render
@@ -39,6 +40,42 @@ from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.ruletest import fixture_files, run_fixture
 from crashlens.session import Session
 from crashlens.termenv import PIPE_WIDTH, Environment
+
+
+def _help_shows_metavars() -> None:
+    """typer prints Python types in help: ``<list[str]>`` and ``<bool>`` beside parameters,
+    ``{paths}...`` in the usage line. The help shows metavars instead (``PATH...``, ``FILE``;
+    an option's ``metavar=``, else its type's name in capitals) and nothing beside a flag."""
+    core = typer.core
+
+    def plain_type(param: typer.core.TyperArgument | typer.core.TyperOption, ctx: Any) -> str:
+        label = typer.core._TyperParameter.display_type(param, ctx).strip("<>")
+        if label.startswith("list[") and label.endswith("]"):
+            label = label[5:-1]
+        return {"str": "TEXT", "path": "PATH"}.get(label, label).upper()
+
+    def argument_type(self: typer.core.TyperArgument, ctx: Any) -> str | None:
+        return None
+
+    def argument_usage(self: typer.core.TyperArgument, ctx: Any) -> list[str]:
+        name = self.metavar or (self.name or "ARG").upper()
+        if self.metavar is None and self.nargs != 1:
+            name += "..."
+        return [name if self.required else f"[{name}]"]
+
+    def option_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return self.metavar or None
+        if self.is_flag or self.count:
+            return None
+        return plain_type(self, ctx) + ("..." if self.nargs != 1 else "")
+
+    core.TyperArgument.display_type_rich = argument_type  # type: ignore[method-assign,assignment]
+    core.TyperArgument.get_usage_pieces = argument_usage  # type: ignore[method-assign]
+    core.TyperOption.display_type_rich = option_type  # type: ignore[method-assign]
+
+
+_help_shows_metavars()
 
 app = typer.Typer(
     name="crashlens",
@@ -56,6 +93,32 @@ def _version(value: bool) -> None:
     if value:
         typer.echo(f"crashlens {__version__}")
         raise typer.Exit()
+
+
+#: ``--config FILE``: the config to use instead of the one found walking up.
+ConfigOption = typer.Option(
+    "--config",
+    metavar="FILE",
+    help="Config file (crashlens.yaml, or a pyproject.toml with [tool.crashlens]) instead of "
+    "the nearest one walking up from here.",
+)
+
+
+def _config(path: Path | None, rule_dirs: list[Path], *, warn: bool = True) -> Config:
+    """The config (``--config``, else discovered); a ``disable:`` of no rule gets a warning."""
+    try:
+        config = load_config(path=path)
+    except CrashlensError as exc:
+        _fail(str(exc))
+    if warn:
+        for rule_id in config.unknown_disabled(rule_dirs):
+            where = f"{config.path}: " if config.path else ""
+            typer.echo(
+                f"crashlens: warning: {where}disable: no rule '{rule_id}' "
+                "(see crashlens rules list)",
+                err=True,
+            )
+    return config
 
 
 @app.callback()
@@ -92,30 +155,47 @@ def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 @app.command()
 def analyze(
     paths: Annotated[
-        list[str], typer.Argument(help="Log files or directories (walked recursively); - is stdin.")
+        list[str],
+        typer.Argument(
+            metavar="PATH...", help="Log files or directories (walked recursively); - is stdin."
+        ),
     ],
     fmts: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", help=f"Output format (repeatable): {', '.join(FORMATS)}."),
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help=f"Output format (repeatable): {', '.join(FORMATS)}.",
+        ),
     ] = None,
     outputs: Annotated[
         list[Path] | None,
-        typer.Option("--output", "-o", help="File for the format in the same position."),
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="File for the format in the same position."
+        ),
     ] = None,
     rules: Annotated[
-        list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")
+        list[Path] | None,
+        typer.Option("--rules", metavar="DIR", help="Extra rule directory (repeatable)."),
     ] = None,
     skew: Annotated[
         list[str] | None,
-        typer.Option("--skew", help="Clock offset of a host, e.g. node-02=+2.5s (repeatable)."),
+        typer.Option(
+            "--skew",
+            metavar="HOST=OFFSET",
+            help="Clock offset of a host, e.g. node-02=+2.5s (repeatable).",
+        ),
     ] = None,
     post_slack_url: Annotated[
-        str | None, typer.Option("--post-slack", help="Post the Slack message to this webhook.")
+        str | None,
+        typer.Option("--post-slack", metavar="URL", help="Post the Slack message to this webhook."),
     ] = None,
     fail_on: Annotated[
         str,
         typer.Option(
             "--fail-on",
+            metavar="SEVERITY",
             help="Exit 1 only for a cause of this severity or worse: "
             f"{', '.join(SEVERITY_WEIGHT)}.",
         ),
@@ -124,6 +204,15 @@ def analyze(
         bool, typer.Option("--exit-zero", help="Exit 0 even when a failure is found.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stdout.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Text format: every cause with its evidence, and the inputs (default: one "
+            "screen).",
+        ),
+    ] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour.")] = False,
     show_traceback: Annotated[  # read by main(), which owns the error policy
         bool, typer.Option("--traceback", help="Show internal errors in full.")
@@ -137,7 +226,8 @@ def analyze(
         ),
     ] = False,
     repro_out: Annotated[
-        Path | None, typer.Option("--repro-out", help="Output directory of the --repro run.")
+        Path | None,
+        typer.Option("--repro-out", metavar="DIR", help="Output directory of the --repro run."),
     ] = None,
     strict_rules: Annotated[
         bool,
@@ -145,6 +235,7 @@ def analyze(
             "--strict-rules", help="Exit 2 on an invalid rule file instead of leaving it out."
         ),
     ] = False,
+    config_file: Annotated[Path | None, ConfigOption] = None,
 ) -> None:
     """Analyse the logs of a crashed job and print a ranked diagnosis.
 
@@ -167,7 +258,7 @@ def analyze(
     overrides = parse_skew(skew or [])
     try:
         show = not quiet and sys.stderr.isatty()
-        config = load_config()
+        config = _config(config_file, rules or [], warn=not quiet)
         with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
             session = Session.configured(
                 rules or [], config=config, skew=overrides, strict_rules=strict_rules
@@ -182,7 +273,8 @@ def analyze(
         for note in report.notes:
             typer.echo(f"crashlens: {note}", err=True)
     for i, fmt in enumerate(formats):
-        _emit(report, fmt, files[i] if i < len(files) else None, quiet=quiet, no_color=no_color)
+        output = files[i] if i < len(files) else None
+        _emit(report, fmt, output, quiet=quiet, no_color=no_color, verbose=verbose)
     if post_slack_url:
         try:
             post_slack(post_slack_url, render(report, "slack"))
@@ -226,13 +318,23 @@ def progress_bar(
         yield advance
 
 
-def _emit(report: Report, fmt: str, output: Path | None, *, quiet: bool, no_color: bool) -> None:
+def _emit(
+    report: Report,
+    fmt: str,
+    output: Path | None,
+    *,
+    quiet: bool,
+    no_color: bool,
+    verbose: bool = False,
+) -> None:
     env = Environment.from_process()
     env = env.without_color() if no_color else env
     to_stdout = output is None
     color = to_stdout and env.color()
     width = env.width() if to_stdout else PIPE_WIDTH
-    text = render(report, fmt, color=color, width=width)
+    # A terminal gets wrapped lines with hanging indents; a pipe or a file, plain lines.
+    terminal = to_stdout and (env.stdout_isatty or color)
+    text = render(report, fmt, color=color, width=width, verbose=verbose, terminal=terminal)
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")
@@ -283,17 +385,24 @@ def schema() -> None:
 rules_app = typer.Typer(help="List, show, lint and test rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 app.add_typer(repro_app, name="repro")
+from crashlens.fleet.cli import triage_app  # noqa: E402 - the fleet sub-app, next to repro's
+
+app.add_typer(triage_app, name="triage")
 app.command("run", context_settings=RUN_CONTEXT)(run_command)
 app.command("watch")(watch_command)
 
 RulesOption = Annotated[
-    list[Path] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")
+    list[Path] | None,
+    typer.Option("--rules", metavar="DIR", help="Extra rule directory (repeatable)."),
 ]
 
 
-def _load(rules: list[Path] | None, *, strict: bool = False) -> RuleSet:
+def _load(
+    rules: list[Path] | None, *, strict: bool = False, config_file: Path | None = None
+) -> RuleSet:
+    config = _config(config_file, rules or [])
     try:
-        ruleset = Session.configured(rules or [], config=load_config(), strict_rules=strict).rules
+        ruleset = Session.configured(rules or [], config=config, strict_rules=strict).rules
     except CrashlensError as exc:
         _fail(str(exc))
     for problem in ruleset.skipped:
@@ -304,12 +413,15 @@ def _load(rules: list[Path] | None, *, strict: bool = False) -> RuleSet:
 @rules_app.command("list")
 def rules_list(
     rules: RulesOption = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="text or json.")
+    ] = "text",
+    config_file: Annotated[Path | None, ConfigOption] = None,
 ) -> None:
     """List every rule: id, class, kind, severity, title (and, as json, its file)."""
     if fmt not in ("text", "json"):
         _fail("--format must be text or json")
-    listed = sorted(_load(rules).rules, key=lambda r: (r.cls, r.id))
+    listed = sorted(_load(rules, config_file=config_file).rules, key=lambda r: (r.cls, r.id))
     if fmt == "json":
         keys = ("id", "cls", "kind", "severity", "title", "path")
         rows = [{("class" if k == "cls" else k): getattr(r, k) for k in keys} for r in listed]
@@ -320,9 +432,13 @@ def rules_list(
 
 
 @rules_app.command("show")
-def rules_show(rule_id: str, rules: RulesOption = None) -> None:
+def rules_show(
+    rule_id: Annotated[str, typer.Argument(metavar="RULE_ID", help="A rule id.")],
+    rules: RulesOption = None,
+    config_file: Annotated[Path | None, ConfigOption] = None,
+) -> None:
     """Print a rule's YAML file."""
-    ruleset = _load(rules)
+    ruleset = _load(rules, config_file=config_file)
     rule = ruleset.by_id.get(rule_id)
     if rule is None:
         _fail(f"no rule '{rule_id}' (see `crashlens rules list`)")
@@ -331,9 +447,11 @@ def rules_show(rule_id: str, rules: RulesOption = None) -> None:
 
 
 @rules_app.command("lint")
-def rules_lint(rules: RulesOption = None) -> None:
+def rules_lint(
+    rules: RulesOption = None, config_file: Annotated[Path | None, ConfigOption] = None
+) -> None:
     """Check rules; exit 2 if a file is invalid, 1 for problems loading does not catch."""
-    issues = lint(_load(rules, strict=True))
+    issues = lint(_load(rules, strict=True, config_file=config_file))
     for issue in issues:
         typer.echo(str(issue))
     typer.echo(f"{len(issues)} issue(s)", err=True)
@@ -343,7 +461,8 @@ def rules_lint(rules: RulesOption = None) -> None:
 @rules_app.command("test")
 def rules_test(
     directory: Annotated[
-        Path | None, typer.Argument(help="Rule directory with fixtures (default: bundled).")
+        Path | None,
+        typer.Argument(metavar="DIR", help="Rule directory with fixtures (default: bundled)."),
     ] = None,
 ) -> None:
     """Run every rule's annotated fixtures (#! ruleid / #! ok markers); exit 1 on failure."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -81,6 +82,14 @@ class Frame:
     line: int
     function: str
     user_code: bool
+
+    def __str__(self) -> str:
+        """``data.py:91 in __getitem__``."""
+        return (
+            f"{self.file}:{self.line} in {self.function}"
+            if self.function
+            else (f"{self.file}:{self.line}")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +383,8 @@ class FirstFailure:
     kind: Literal["crash", "hang", "unknown"] = "crash"
     rule_id: str | None = None
     time_inferred: bool = False
+    #: The innermost frame of the user's code in the failing traceback, when one was printed.
+    frame: Frame | None = None
 
 
 @dataclass(slots=True)
@@ -386,8 +397,11 @@ class Cause:
     explains: list[Explained] = field(default_factory=list)
     #: Environment facts (versions, batch size...) for remediation placeholders.
     environment: dict[str, str] = field(default_factory=dict)
-    #: The rule's remediation with its placeholders filled (by the rank stage).
+    #: The rule's remediation with its placeholders filled (by the rank stage): Markdown, in
+    #: which every value taken from the logs is plain text or a code span, never markup.
     remediation: str = ""
+    #: The innermost frame of the user's code in the fatal traceback (``{user_frame}``).
+    user_frame: Frame | None = None
 
     @property
     def rule_id(self) -> str:
@@ -446,7 +460,79 @@ def iso(t: float | None) -> str | None:
     )
 
 
+#: Paths of Python's and the installed packages' code (as in a frame's ``File "..."``).
+LIBRARY_PATH_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/usr/lib/")
+_EMBEDDED_FRAME = re.compile(
+    r'^\s*File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M
+)
+
+
+def is_user_path(path: str) -> bool:
+    """Whether a frame's file is the user's code (not Python's, a library's or a console script
+    of an installed package: a ``bin/`` file without ``.py``); the test ``Frame.user_code``
+    was made with."""
+    if any(marker in path for marker in LIBRARY_PATH_MARKERS):
+        return False
+    head, _, name = path.rpartition("/")
+    return not (head.endswith("/bin") and not name.endswith(".py"))
+
+
+def user_frame(tb: Traceback) -> Frame | None:
+    """The innermost frame of the user's code in the exception that escaped ``tb``.
+
+    A DataLoader worker's exception re-raised by the main process carries the worker's
+    ``Original Traceback`` in its message: that stack says where the error was raised, so it
+    is searched first, then the escaping exception's own frames.
+    """
+    final = tb.final
+    embedded = [
+        Frame(m["file"], int(m["line"]), m["func"], is_user_path(m["file"]))
+        for m in _EMBEDDED_FRAME.finditer(final.message)
+    ]
+    for frames in (embedded, list(final.frames)):
+        mine = [f for f in frames if f.user_code]
+        if mine:
+            return mine[-1]
+    return None
+
+
+def plural(n: int, word: str) -> str:
+    """``1 rank``, ``2 ranks``, ``0 files`` (``word`` taking an ``s``)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+_RULE_LINE = re.compile(r"^\s*(?:[=\-]{3,}\s*)?$")
+_EXCEPTION_LINE = re.compile(
+    r"^\s*(?:traceback\s*:\s*)?(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*?)\s*$"
+)
+_SUMMARY_FIELD = re.compile(r"^\s*(?P<key>rank|host|exitcode)\s*:\s*(?P<value>\S+)")
+
+
 def headline(exc: ExceptionInfo) -> str:
-    """An exception in one line: ``KeyError: 'input_ids'`` (the message's first line)."""
-    first = exc.message.splitlines()[0] if exc.message else ""
-    return f"{exc.type}: {first}"
+    """An exception in one line: ``KeyError: 'input_ids'`` (the message's first line).
+
+    A launcher's summary (torchelastic's ``ChildFailedError``, whose message opens with a
+    ``=====`` rule) is headed by its root cause instead: the rank that failed first, and the
+    exception it died of (else its exit code).
+    """
+    lines = exc.message.splitlines()
+    if not lines or not _RULE_LINE.match(lines[0]):
+        return f"{exc.type}: {lines[0] if lines else ''}"
+    start = next((i for i, x in enumerate(lines) if x.startswith("Root Cause")), None)
+    if start is None:
+        first = next((x.strip() for x in lines if not _RULE_LINE.match(x)), "")
+        return f"{exc.type}: {first}"
+    root = lines[start + 1 :]
+    fields: dict[str, str] = {}
+    for line in root:
+        m = _SUMMARY_FIELD.match(line)
+        if m:
+            fields.setdefault(m["key"], m["value"])
+    raised = [m["exc"] for m in map(_EXCEPTION_LINE.match, root) if m]
+    who = f"rank {fields['rank']}" if "rank" in fields else "a worker"
+    if "host" in fields:
+        who += f" on {fields['host']}"
+    if raised:
+        return f"{exc.type}: {who} failed first: {raised[-1]}"
+    code = f" (exit code {fields['exitcode']})" if "exitcode" in fields else ""
+    return f"{exc.type}: {who} failed first{code}"

@@ -22,11 +22,14 @@ from crashlens.model import (
     Evidence,
     Explained,
     FirstFailure,
+    Frame,
     Hit,
     Match,
     Timeline,
+    evidence_order,
     headline,
     time_order,
+    user_frame,
 )
 
 #: A symptom may be logged slightly before its cause when clocks or inferred times differ.
@@ -45,13 +48,16 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _ASIDE = re.compile(r" ?\(([^()]*)\)")
 
 
-def remediation(m: Match, environment: dict[str, str]) -> str:
-    """The rule's remediation with ``{field}`` placeholders filled from the evidence and facts."""
+def remediation(m: Match, environment: dict[str, str], frame: Frame | None = None) -> str:
+    """The rule's remediation with ``{field}`` placeholders filled from the evidence and facts
+    (``{user_frame}``: ``frame``, the innermost frame of the user's code)."""
     values = dict(m.fields)
     if m.ranks:
         values.setdefault("rank", str(m.ranks[0]))
     if m.hosts:
         values.setdefault("host", m.hosts[0])
+    if frame is not None:
+        values.setdefault("user_frame", str(frame))
     for key, value in facts_mod.placeholder_values(environment).items():
         values.setdefault(key, value)
     return fill(m.rule.remediation, values)
@@ -66,6 +72,10 @@ def fill(template: str, values: dict[str, str]) -> str:
     {per_device_train_batch_size} to {half_batch})"), else the clause it sits in (between
     commas, semicolons and a label's colon); an item left with nothing is dropped. Malformed
     templates are returned as written.
+
+    The values come from the logs, so they are data, never markup: one that Markdown (or
+    Slack, or GitHub) could read as markup becomes a code span (:func:`md_value`), and one
+    inside the template's own code span keeps that span closed around it.
     """
 
     def aside(m: re.Match[str]) -> str:
@@ -82,9 +92,67 @@ def fill(template: str, values: dict[str, str]) -> str:
         if block:
             blocks.append(block)
     try:
-        return string.Formatter().vformat("\n".join(blocks), (), values)
-    except (ValueError, IndexError, AttributeError, KeyError):
+        return "\n".join(_substitute(block, values) for block in blocks)
+    except (ValueError, KeyError):
         return template
+
+
+#: A CommonMark code span: a run of backticks, its content, a run of the same length.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+#: What makes a value markup somewhere: Markdown/HTML punctuation, entities, links and
+#: autolinks, mentions, math, emoji codes; or a block marker at its start.
+_MARKUP = re.compile(r"[\\`*_\[\]<>&~|@$]|://|www\.|:[\w+-]+:")
+_BLOCK_START = re.compile(r"\s*(?:[#>+=-]+|\d{1,9}[.)])(?:\s|$)")
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def md_value(value: str) -> str:
+    """A value from the logs for Markdown prose: as is when it cannot be read as markup, else
+    a code span (whose content Markdown, Slack and GitHub all show literally)."""
+    text = value.replace("\r", " ").replace("\n", " ")
+    if _MARKUP.search(text) or _BLOCK_START.match(text):
+        return code_span(text)
+    return text
+
+
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span, delimited by more backticks than it contains."""
+    text = text.replace("\r", " ").replace("\n", " ")
+    longest = max((len(m) for m in _BACKTICK_RUN.findall(text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or text.strip() == "" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _substitute(block: str, values: dict[str, str]) -> str:
+    """One block with its placeholders filled: values in prose via :func:`md_value`, values
+    inside a code span raw, the span's backticks widened if a value holds backticks."""
+    out: list[str] = []
+    pos = 0
+    for m in _CODE_SPAN.finditer(block):
+        out.append(_format(block[pos : m.start()], values, md_value))
+        inner = _format(m.group(2), values, lambda v: v.replace("\n", " "))
+        if inner == m.group(2).replace("{{", "{").replace("}}", "}") and "`" not in inner:
+            out.append(f"{m.group(1)}{inner}{m.group(1)}")
+        else:
+            out.append(code_span(inner))
+        pos = m.end()
+    out.append(_format(block[pos:], values, md_value))
+    return "".join(out)
+
+
+def _format(text: str, values: dict[str, str], convert: Callable[[str], str]) -> str:
+    """``str.format`` over ``text`` with each value converted; a field that is not a plain
+    known name (a format spec, a conversion, an index) raises ``KeyError``."""
+    out: list[str] = []
+    for literal, name, spec, conversion in string.Formatter().parse(text):
+        out.append(literal)
+        if name is None:
+            continue
+        if spec or conversion or name not in values:
+            raise KeyError(name)
+        out.append(convert(values[name]))
+    return "".join(out)
 
 
 _ITEM = re.compile(r"(?:\d+\.|[-*]) ")
@@ -136,7 +204,9 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     ]
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
     for c in (*causes, *symptoms):
-        c.remediation = remediation(c.match, env)
+        cited = [(h.evidence, h.traceback_id) for h in _lead_first(c.match)]
+        c.user_frame = _frame_of(cited, timeline)
+        c.remediation = remediation(c.match, env, c.user_frame)
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
@@ -150,7 +220,45 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     loose.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
     if first is not None and kept and first.rule_id is None:
         first = _with_rule(first, kept[0])
+    if first is not None and first.kind == "crash":
+        at = Evidence(first.file, first.line, first.rank, first.host, first.time, False, "")
+        ids = [h.traceback_id for m in matches for h in m.hits if _same_line(h.evidence, at)]
+        frame = _frame_of([(at, next((i for i in ids if i is not None), None))], timeline)
+        first = dataclasses.replace(first, frame=frame)
     return kept + loose, first
+
+
+def _lead_first(m: Match) -> list[Hit]:
+    """The hits in the order a cause cites them (fatal first, then oldest)."""
+    return sorted(m.hits, key=evidence_order)
+
+
+def _same_line(a: Evidence, b: Evidence) -> bool:
+    return (a.file, a.line) == (b.file, b.line)
+
+
+def _frame_of(cited: Iterable[tuple[Evidence, int | None]], timeline: Timeline) -> Frame | None:
+    """The innermost user frame of the first cited line's traceback that has one.
+
+    A line belongs to a traceback by the hit's traceback id, else by lying within the
+    traceback's lines of the same file (a line detector's hit on the exception line).
+    """
+    by_id = {tb.id: tb for tb in timeline.tracebacks}
+    for ev, tb_id in cited:
+        tb = by_id.get(tb_id) if tb_id is not None else None
+        if tb is None:
+            tb = next(
+                (
+                    t
+                    for t in timeline.tracebacks
+                    if t.source.path == ev.file and t.start_line <= ev.line <= t.final.lineno
+                ),
+                None,
+            )
+        frame = user_frame(tb) if tb is not None else None
+        if frame is not None:
+            return frame
+    return None
 
 
 def _handled_only(m: Match) -> bool:

@@ -16,10 +16,12 @@ from crashlens.model import (
     Evidence,
     Fact,
     FirstFailure,
+    Frame,
     InputFile,
     RankSummary,
     Traceback,
     iso,
+    plural,
 )
 
 SCHEMA_VERSION = 1
@@ -74,7 +76,7 @@ class Report:
         elif top.match.ranks:
             where = f" — rank {top.match.ranks[0]}"
         symptoms = sum(e.count for e in top.explains)
-        tail = f"; {symptoms} downstream symptom(s) explained" if symptoms else ""
+        tail = f"; {plural(symptoms, 'downstream symptom')} explained" if symptoms else ""
         return f"{rule.title} ({rule.cls}){where}{tail}."
 
     @property
@@ -109,7 +111,8 @@ class Report:
         verb = "stopped making progress first (hang)" if ff.kind == "hang" else "failed first"
         text = f"{who}{host} {verb} ({top.match.rule.title}{when})"
         parts = [
-            f"{len(c['ranks'])} rank(s) then showed {c['class']} ({c['events']} event(s))"
+            f"{plural(len(c['ranks']), 'rank')} then showed {c['class']} "
+            f"({plural(c['events'], 'event')})"
             for c in self.cascade()
             if c["ranks"] and c["class"] != "unknown"
         ]
@@ -192,6 +195,7 @@ def _cause(c: Cause) -> dict[str, Any]:
             for e in c.explains
         ],
         "remediation": c.remediation,
+        "user_frame": _frame(c.user_frame),
         "references": list(rule.references),
         "repro": rule.repro,
     }
@@ -210,7 +214,14 @@ def _first(ff: FirstFailure | None) -> dict[str, Any] | None:
         "kind": ff.kind,
         "rule": ff.rule_id,
         "text": ff.text,
+        "frame": _frame(ff.frame),
     }
+
+
+def _frame(frame: Frame | None) -> dict[str, Any] | None:
+    if frame is None:
+        return None
+    return {"file": frame.file, "line": frame.line, "function": frame.function}
 
 
 def _rank(r: RankSummary) -> dict[str, Any]:

@@ -15,9 +15,9 @@ import itertools
 import multiprocessing
 import os
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -27,20 +27,23 @@ from crashlens.align import align, frame_of
 from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
-from crashlens.ingest.prefixes import PrefixStyle
-from crashlens.ingest.read import NotText, Tolerant, open_binary
+from crashlens.ingest.prefixes import PrefixStyle, key_pattern
+from crashlens.ingest.read import NotText, Tolerant, compressed, open_binary
 from crashlens.match import Facts, match
 from crashlens.model import FileResult, Hit, InputFile, Match, Source, Timeline
 from crashlens.parse import (
+    BlockIndex,
     FileParser,
+    IndexedBlocks,
     LineMatcher,
     file_year,
+    index_block,
     parse_binary,
     parse_error_file,
     parse_lines,
     scanner_for,
 )
-from crashlens.parse.scan import TriggerScanner
+from crashlens.parse.scan import TriggerScanner, range_blocks, split_points
 from crashlens.rank import rank
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet, load_rules
@@ -49,6 +52,10 @@ Progress = Callable[[str, int], None]
 
 #: Below this much input, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
+#: A file this big is indexed by all the workers, range by range (:class:`ForkRunner`).
+SPLIT_MIN_BYTES = 64 << 20
+#: The byte range one worker indexes at a time.
+RANGE_BYTES = 16 << 20
 STDIN = "<stdin>"
 
 
@@ -77,9 +84,7 @@ class SequentialRunner:
         self, session: Session, candidates: list[Candidate], progress: Progress | None
     ) -> Iterator[FileRead]:
         for index, cand in enumerate(candidates):
-            read = session.read_candidate(cand, index)
-            _report_progress(progress, read)
-            yield read
+            yield session.read_candidate(cand, index, progress)
 
 
 class ForkRunner:
@@ -87,23 +92,32 @@ class ForkRunner:
 
     Each worker gets the session once, through the pool's initializer (a fork shares it, nothing
     is pickled and nothing global is set in the parent); results come back in input order with
-    their worker's diagnostics. Standard input is read in the parent, which owns it. Falls back
-    to :class:`SequentialRunner` for small inputs or where ``fork`` is unavailable.
+    their worker's diagnostics. A file of :data:`SPLIT_MIN_BYTES` or more is parsed in this
+    process while the workers index its byte ranges (:func:`~crashlens.parse.index_block`), so
+    one big console uses every core. Standard input is read in the parent, which owns it.
+    Falls back to :class:`SequentialRunner` for small inputs or where ``fork`` is unavailable.
     """
 
-    def __init__(self, workers: int | None = None, min_bytes: int = PARALLEL_MIN_BYTES) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        min_bytes: int = PARALLEL_MIN_BYTES,
+        split_bytes: int = SPLIT_MIN_BYTES,
+    ) -> None:
         self.workers = workers or min(4, os.cpu_count() or 1)
         self.min_bytes = min_bytes
+        self.split_bytes = split_bytes
 
     def read(
         self, session: Session, candidates: list[Candidate], progress: Progress | None
     ) -> Iterator[FileRead]:
         readable = [c for c in candidates if not c.skipped and c.display != STDIN]
-        total = sum(_size(c.path) for c in readable)
+        sizes = {id(c): _size(c.path) for c in readable}
+        split = {id(c) for c in readable if sizes[id(c)] >= self.split_bytes and _plain(c.path)}
         if (
             self.workers < 2
-            or len(readable) < 2
-            or total < self.min_bytes
+            or (len(readable) < 2 and not split)
+            or sum(sizes.values()) < self.min_bytes
             or "fork" not in multiprocessing.get_all_start_methods()
         ):
             yield from SequentialRunner().read(session, candidates, progress)
@@ -116,13 +130,53 @@ class ForkRunner:
             initargs=(session,),
         ) as pool:
             pending = [
-                None if c.display == STDIN else pool.submit(_worker_read, c, i)
+                None if c.display == STDIN or id(c) in split else pool.submit(_worker_read, c, i)
                 for i, c in enumerate(candidates)
             ]
             for index, (cand, future) in enumerate(zip(candidates, pending, strict=True)):
-                read = session.read_candidate(cand, index) if future is None else future.result()
-                _report_progress(progress, read)
-                yield read
+                if future is not None:
+                    read = future.result()
+                    _report_progress(progress, read, 0)
+                    yield read
+                    continue
+                indexer = (
+                    _RangeIndexer(pool, cand.path, sizes[id(cand)], self.workers)
+                    if id(cand) in split
+                    else None
+                )
+                yield session.read_candidate(cand, index, progress, indexer)
+
+
+class _RangeIndexer:
+    """A big file's blocks, indexed by the pool's workers range by range, handed out in order.
+
+    At most two ranges per worker are in flight, so indexes never pile up in memory.
+    """
+
+    def __init__(self, pool: ProcessPoolExecutor, path: Path, size: int, workers: int) -> None:
+        self.pool, self.path, self.size, self.workers = pool, path, size, workers
+
+    def __call__(self, style: PrefixStyle) -> Iterator[tuple[bytes, BlockIndex]]:
+        parts = max(self.workers * 2, -(-self.size // RANGE_BYTES))
+        points = split_points(self.path, self.size, parts)
+        ranges = itertools.pairwise(points)
+        flight: deque[tuple[int, int, Future[list[BlockIndex]]]] = deque()
+
+        def submit() -> None:
+            span = next(ranges, None)
+            if span is not None:
+                start, end = span
+                flight.append(
+                    (start, end, self.pool.submit(_worker_index, self.path, *span, style))
+                )
+
+        for _ in range(self.workers * 2):
+            submit()
+        while flight:
+            start, end, future = flight.popleft()
+            submit()
+            indexes = future.result()
+            yield from zip(range_blocks(self.path, start, end), indexes, strict=True)
 
 
 _WORKER_SESSION: list[Session] = []
@@ -137,9 +191,17 @@ def _worker_read(cand: Candidate, index: int) -> FileRead:
     return _WORKER_SESSION[0].read_candidate(cand, index)
 
 
-def _report_progress(progress: Progress | None, read: FileRead) -> None:
-    if progress is not None and read.record.skipped is None:
-        progress(read.record.path, read.record.bytes)
+def _worker_index(path: Path, start: int, end: int, style: PrefixStyle) -> list[BlockIndex]:
+    scanner = _WORKER_SESSION[0].scanner
+    assert scanner is not None
+    prefixes = key_pattern(style)
+    return [index_block(block, scanner, prefixes) for block in range_blocks(path, start, end)]
+
+
+def _report_progress(progress: Progress | None, read: FileRead, told: int) -> None:
+    """Tell ``progress`` the rest of a file's bytes once it is read (``told`` were already)."""
+    if progress is not None and read.record.skipped is None and read.record.bytes > told:
+        progress(read.record.path, read.record.bytes - told)
 
 
 @dataclass(slots=True)
@@ -210,15 +272,36 @@ class Session:
         elif record.skipped and not record.skipped.startswith("not a log"):
             self.notes.append(f"skipped {record.path}: {record.skipped}")
 
-    def read_candidate(self, cand: Candidate, index: int) -> FileRead:
-        """Read one discovered file (or stdin) in this process."""
+    def read_candidate(
+        self,
+        cand: Candidate,
+        index: int,
+        progress: Progress | None = None,
+        indexer: IndexedBlocks | None = None,
+    ) -> FileRead:
+        """Read one discovered file (or stdin) in this process; ``progress`` hears of each
+        block of a plain file as it is parsed; ``indexer`` gives its blocks indexed."""
         tb_ids = itertools.count((index + 1) * 1_000_000)  # unique per file, whoever reads it
         before = set(self.matcher.timeouts)
-        result, record = self._read_one(cand, tb_ids)
-        return FileRead(result, record, frozenset(set(self.matcher.timeouts) - before))
+        told = [0]
+
+        def advance(n: int) -> None:
+            if progress is not None and told[0] + n <= size:
+                told[0] += n
+                progress(cand.display, n)
+
+        size = _size(cand.path) if cand.display != STDIN else 0
+        result, record = self._read_one(cand, tb_ids, advance, indexer)
+        read = FileRead(result, record, frozenset(set(self.matcher.timeouts) - before))
+        _report_progress(progress, read, told[0])
+        return read
 
     def _read_one(
-        self, cand: Candidate, tb_ids: itertools.count[int]
+        self,
+        cand: Candidate,
+        tb_ids: itertools.count[int],
+        advance: Callable[[int], None],
+        indexer: IndexedBlocks | None,
     ) -> tuple[FileResult | None, InputFile]:
         if cand.skipped:
             return None, InputFile(cand.display, 0, "unknown", skipped=cand.skipped)
@@ -252,6 +335,8 @@ class Session:
                     self.scanner,
                     year=year,
                     tb_ids=tb_ids,
+                    progress=advance,
+                    indexed=indexer,
                 )
         except (OSError, EOFError) as exc:
             return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
@@ -323,6 +408,15 @@ class Session:
 def input_size(paths: Sequence[str | os.PathLike[str]]) -> int:
     """Total bytes of the files an analysis of ``paths`` would read (for progress bars)."""
     return sum(_size(c.path) for c in discover(paths) if not c.skipped and c.display != STDIN)
+
+
+def _plain(path: Path) -> bool:
+    """Whether a file is read as it is on disk (not decompressed): it can be split."""
+    try:
+        with path.open("rb") as f:
+            return not compressed(f.read(8))
+    except OSError:
+        return False
 
 
 def _size(path: Path) -> int:

@@ -14,10 +14,13 @@ import lzma
 import os
 import re
 import stat
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
+
+import zstandard
 
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
@@ -34,13 +37,34 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "gzip"),
     (b"BZh", "bzip2"),
     (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
 )
+
+
+def _unzstd(raw: BinaryIO) -> BinaryIO:
+    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return io.BufferedReader(reader, buffer_size=1 << 18)
+
+
 _OPENERS: dict[str, Callable[[BinaryIO], Any]] = {
     "gzip": lambda raw: Gunzip(raw),
     "bzip2": bz2.open,
     "xz": lzma.open,
+    "zstd": _unzstd,
 }
+#: Decompressed bytes of one file past which a ratio over :data:`BOMB_RATIO` is a bomb...
+BOMB_MIN_BYTES = 256 << 20
+BOMB_RATIO = 200
+#: ... and the most decompressed bytes read from any one file.
+MAX_DECOMPRESSED = 16 << 30
+#: Seconds one compressed file may take to decompress and parse.
+MAX_FILE_SECONDS = 300.0
 _BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"\x80\x02", b"\x80\x04", b"\x93NUMPY")
+
+
+def compressed(head: bytes) -> bool:
+    """Whether bytes starting with ``head`` are compressed (a format crashlens decompresses)."""
+    return any(head.startswith(magic) for magic, _ in _MAGIC)
 
 
 class Readable(Protocol):
@@ -99,7 +123,8 @@ def _text_encoding(head: bytes) -> str:
     nul = head.count(0)
     if nul:
         # UTF-16 without a BOM has a NUL in every other byte (odd bytes for LE, even for BE).
-        if nul * 2 >= len(head) * 0.9:
+        if nul * 2 >= len(head) * 0.9 and nul < len(head) * 0.9:
+            # ... and text in the other half (a run of zeros is not UTF-16).
             if head[1::2].count(0) > len(head) * 0.4:
                 return "utf-16-le"
             if head[0::2].count(0) > len(head) * 0.4:
@@ -186,9 +211,11 @@ def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, st
         inner: BinaryIO = _OPENERS[compression](buffered)
         try:
             _, encoding = sniff(inner.peek(8192)[:8192])  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
             raise NotText(f"corrupt {compression} data ({exc or type(exc).__name__})") from None
-        return inner, encoding
+        size = os.stat(path).st_size if stdin is None else 0
+        # Capped has the reading half of BinaryIO that every reader here uses.
+        return cast(BinaryIO, Capped(inner, size)), encoding
     except BaseException:
         raw.close()
         raise
@@ -256,6 +283,60 @@ def open_text(path: Path, stdin: BinaryIO | None = None) -> Iterator[tuple[int, 
             stream.close()
 
 
+class DecompressionCapped(OSError):
+    """A compressed file decompressed past a cap (a decompression bomb, or too slow)."""
+
+
+class Capped:
+    """A decompressing stream that stops at the caps: a bomb-like ratio past
+    :data:`BOMB_MIN_BYTES`, :data:`MAX_DECOMPRESSED` bytes, :data:`MAX_FILE_SECONDS` seconds.
+
+    Stopping raises :class:`DecompressionCapped`, which :class:`Tolerant` turns into the
+    file's note, keeping every line read before it.
+    """
+
+    def __init__(self, inner: BinaryIO, compressed_size: int) -> None:
+        self.inner = inner
+        self.limit = MAX_DECOMPRESSED
+        self.why = f"more than {MAX_DECOMPRESSED >> 30} GiB"
+        bomb = max(BOMB_MIN_BYTES, compressed_size * BOMB_RATIO)
+        if compressed_size and bomb < self.limit:
+            self.limit = bomb
+            self.why = f"over {BOMB_RATIO}x its compressed size: a decompression bomb?"
+        self.read_bytes = 0
+        self.deadline = time.monotonic() + MAX_FILE_SECONDS
+
+    def peek(self, size: int = 1) -> bytes:
+        """Bytes available without consuming them."""
+        return self.inner.peek(size)  # type: ignore[attr-defined, no-any-return]
+
+    def read1(self, size: int = -1) -> bytes:
+        """Up to ``size`` decompressed bytes, until a cap is reached."""
+        return self._count(getattr(self.inner, "read1", self.inner.read)(size))
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` decompressed bytes, until a cap is reached."""
+        return self._count(self.inner.read(size))
+
+    def _count(self, data: bytes) -> bytes:
+        self.read_bytes += len(data)
+        if self.read_bytes > self.limit:
+            raise DecompressionCapped(
+                f"decompression stopped at {self.limit >> 20} MiB ({self.why}); "
+                "the rest of the file is left out"
+            )
+        if time.monotonic() > self.deadline:
+            raise DecompressionCapped(
+                f"decompression stopped after {MAX_FILE_SECONDS:.0f} s; the rest of the file "
+                "is left out"
+            )
+        return data
+
+    def close(self) -> None:
+        """Close the underlying stream."""
+        self.inner.close()
+
+
 class Tolerant:
     """A byte stream that ends, instead of raising, where the file is damaged.
 
@@ -280,7 +361,7 @@ class Tolerant:
             return b""
         try:
             return fn(size)
-        except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
             self.damage = str(exc) or type(exc).__name__
             return b""
 

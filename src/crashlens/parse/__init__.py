@@ -23,6 +23,7 @@ __all__ = [
     "BlockIndex",
     "FileParser",
     "FileResult",
+    "IndexedBlocks",
     "LineMatcher",
     "fast_path_ok",
     "index_block",
@@ -47,6 +48,10 @@ def fast_path_ok(source: Source, encoding: str, scanner: TriggerScanner | None) 
     return scanner is not None and encoding == "utf-8" and source.kind != "kernel"
 
 
+#: Blocks of a file with their indexes, made elsewhere (worker processes) for a prefix style.
+IndexedBlocks = Callable[[PrefixStyle], Iterable[tuple[bytes, BlockIndex]]]
+
+
 def parse_binary(
     source: Source,
     stream: Readable,
@@ -58,13 +63,15 @@ def parse_binary(
     year: int,
     tb_ids: itertools.count[int],
     progress: Callable[[int], None] | None = None,
+    indexed: IndexedBlocks | None = None,
 ) -> FileResult:
     """Parse a file's byte stream, on the fast path whenever the file allows it.
 
     Per-rank logs and combined consoles alike (launcher prefixes are demultiplexed per line
     on the fast path too); other encodings, kernel logs and rule sets with a detector that
-    must see every line take the line-by-line path. ``progress`` is told the bytes of each
-    block once it is parsed.
+    must see every line take the line-by-line path. ``indexed`` gives the file's blocks
+    already indexed (in parallel) instead of indexing ``stream``'s here; ``progress`` is told
+    the bytes of each block once it is parsed.
     """
     head = stream.read(256 * 1024) if encoding == "utf-8" else b""
     if not fast_path_ok(source, encoding, scanner):
@@ -75,9 +82,13 @@ def parse_binary(
     sample = head_lines[:SNIFF_LINES]
     style = sniff_style(sample) if sample else PrefixStyle()
     parser = FileParser(source, rules, matcher, year=year, style=style, tb_ids=tb_ids)
+    if indexed is not None:
+        blocks = indexed(style)
+    else:
+        blocks = ((b, index_block(b, scanner, parser.prefixes)) for b in iter_blocks(stream, head))
     lineno = 0
-    for block in iter_blocks(stream, head):
-        lineno = parser.take(block, index_block(block, scanner, parser.prefixes), lineno)
+    for block, index in blocks:
+        lineno = parser.take(block, index, lineno)
         if progress is not None:
             progress(len(block))
     return parser.close()

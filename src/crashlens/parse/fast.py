@@ -38,6 +38,7 @@ class FastPath:
         self._ids: np.ndarray | None = None
         self._skimmed: np.ndarray | None = None
         self._ends: np.ndarray | None = None
+        self._by_key: tuple[np.ndarray, np.ndarray] | None = None
         #: Streams (by id) with skimmed lines in this block their ring has not taken yet.
         self.pending: dict[int, Stream] = {}
         #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
@@ -66,16 +67,15 @@ class FastPath:
         self._streams = [self._key_stream(key) for key in index.key_table]
         self._ids = np.frombuffer(index.keys, dtype=np.uint32)
         self._skimmed = np.zeros(index.lines, dtype=bool)
-        self._ends = None
+        self._ends = self._by_key = None
 
     def _end_block(self) -> None:
         if self.pending:
-            for stream in list(self.pending.values()):
-                self._take_tail(stream, len(self._skimmed) if self._skimmed is not None else 0)
+            self._take_tails()
         self.pending.clear()
         self._taken.clear()
         self._block = b""
-        self._ids = self._skimmed = self._ends = None
+        self._ids = self._skimmed = self._ends = self._by_key = None
 
     # -- quiet runs ---------------------------------------------------------------------
     def _quiet(self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int) -> int:
@@ -110,18 +110,21 @@ class FastPath:
         skimmed = self._skimmed
         skimmed[line:stop] = True
         if wanting:
-            pos = start
-            for j, i in enumerate(ids.tolist()):
-                nxt = block.find(b"\n", pos) + 1
-                if i in wanting:
-                    parser.feed_raw(block[pos : nxt - 1], lineno + j + 1)
-                    skimmed[line + j] = False
-                    counts[i] -= 1
-                    if not streams[i].wants_lines():
-                        wanting.discard(i)
-                        if not wanting:
-                            break
-                pos = nxt
+            # Only the wanting writers' lines are visited, in file order.
+            mask = ids == next(iter(wanting)) if len(wanting) == 1 else np.isin(ids, list(wanting))
+            ends = self._line_ends()
+            for j in (np.flatnonzero(mask) + line).tolist():
+                i = int(self._ids[j])
+                if i not in wanting:
+                    continue
+                begin = int(ends[j - 1]) + 1 if j else 0
+                parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1)
+                skimmed[j] = False
+                counts[i] -= 1
+                if not streams[i].wants_lines():
+                    wanting.discard(i)
+                    if not wanting:
+                        break
         n = len(ids)
         parser.lines += int(counts.sum())
         parser.last_lineno = lineno + n
@@ -170,24 +173,71 @@ class FastPath:
         if id(stream) in self.pending:
             self._take_tail(stream, lineno - 1 - self._base)
 
-    def _take_tail(self, stream: Stream, upto: int) -> None:
-        """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
-        assert self._ids is not None and self._skimmed is not None
-        self.pending.pop(id(stream), None)
-        mine = [i for i, s in enumerate(self._streams) if s is stream]
-        first = self._taken.get(id(stream), 0)
-        ids = self._ids[first:upto]
-        hit = ids == mine[0] if len(mine) == 1 else np.isin(ids, mine)
-        lines = (np.flatnonzero(hit & self._skimmed[first:upto]) + first)[-RING:]
-        self._taken[id(stream)] = upto
-        if not len(lines):
-            return
+    def _line_ends(self) -> np.ndarray:
+        """Offsets of the current block's newlines (line ``j`` ends at ``ends[j]``)."""
         if self._ends is None:
             self._ends = np.flatnonzero(np.frombuffer(self._block, dtype=np.uint8) == 10)
-        ends = self._ends
+        return self._ends
+
+    def _key_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """The block's line indexes sorted by key id (stable), and each id's bounds in it."""
+        if self._by_key is None:
+            assert self._ids is not None
+            order = np.argsort(self._ids, kind="stable")
+            bounds = np.searchsorted(self._ids[order], np.arange(len(self._streams) + 1))
+            self._by_key = (order, bounds)
+        return self._by_key
+
+    def _lines_of(self, i: int) -> np.ndarray:
+        """The block's line indexes with key id ``i``, ascending."""
+        order, bounds = self._key_order()
+        return order[bounds[i] : bounds[i + 1]]
+
+    def _take_tails(self) -> None:
+        """At the end of a block: every pending stream's last skimmed lines, in one pass."""
+        assert self._ids is not None and self._skimmed is not None
+        order, bounds = self._key_order()
+        skimmed = self._skimmed
+        picked: dict[int, list[int]] = {}
+        for i, stream in enumerate(self._streams):
+            if id(stream) not in self.pending:
+                continue
+            first = self._taken.get(id(stream), 0)
+            mine = order[bounds[i] : bounds[i + 1]]
+            mine = mine[np.searchsorted(mine, first) :]
+            picked.setdefault(id(stream), []).extend(mine[skimmed[mine]][-RING:].tolist())
+        ends = self._line_ends().tolist()
+        block, base, style = self._block, self._base, self.parser.style
+        for key, lines in picked.items():
+            if not lines:
+                continue
+            lines.sort()
+            tail = [
+                (base + j + 1, block[(ends[j - 1] + 1 if j else 0) : ends[j]])
+                for j in lines[-RING:]
+            ]
+            self.pending[key].ring.extend_raw(tail, style)
+
+    def _take_tail(self, stream: Stream, upto: int) -> None:
+        """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
+        assert self._skimmed is not None
+        self.pending.pop(id(stream), None)
+        first = self._taken.get(id(stream), 0)
+        self._taken[id(stream)] = upto
+        picked: list[int] = []
+        for i, s in enumerate(self._streams):
+            if s is not stream:
+                continue
+            mine = self._lines_of(i)
+            mine = mine[np.searchsorted(mine, first) : np.searchsorted(mine, upto)]
+            picked.extend(mine[self._skimmed[mine]][-RING:].tolist())
+        if not picked:
+            return
+        picked.sort()
+        ends = self._line_ends()
         block, base = self._block, self._base
         tail = []
-        for j in lines.tolist():
+        for j in picked[-RING:]:
             begin = int(ends[j - 1]) + 1 if j else 0
             tail.append((base + j + 1, block[begin : int(ends[j])]))
         stream.ring.extend_raw(tail, self.parser.style)

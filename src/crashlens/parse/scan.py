@@ -12,6 +12,7 @@ last fallback. benchmarks/run.py measures each.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -83,7 +84,8 @@ class TriggerScanner:
         folded = sorted(set(literals_ci))
         #: What it was built from (to build the same scanner on another engine).
         self.literals = (tuple(exact), tuple(folded))
-        self.backend = backend or available_backends()[0]
+        # CRASHLENS_SCANNER picks an engine (benchmarks/run.py compares them).
+        self.backend = backend or os.environ.get("CRASHLENS_SCANNER") or available_backends()[0]
         if self.backend not in available_backends():
             raise ValueError(f"scanner backend {self.backend!r} is not installed")
         self._hs: Any = None
@@ -178,3 +180,53 @@ def iter_blocks(stream: Readable, head: bytes = b"") -> Iterator[bytes]:
         carry = data[cut + 1 :]
     if carry and not dropping:
         yield carry + b"\n"
+
+
+class _ExactReader:
+    """Reads exactly ``BLOCK`` bytes per call (less only at the end of its range), so the
+    blocks of a byte range are the same whoever reads them."""
+
+    def __init__(self, fd: int, start: int, end: int) -> None:
+        self.fd, self.pos, self.end = fd, start, end
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = min(size if size > 0 else BLOCK, self.end - self.pos)
+        parts = []
+        while want > 0:
+            chunk = os.pread(self.fd, want, self.pos)
+            if not chunk:
+                break
+            parts.append(chunk)
+            self.pos += len(chunk)
+            want -= len(chunk)
+        return b"".join(parts)
+
+
+def range_blocks(path: str | os.PathLike[str], start: int, end: int) -> Iterator[bytes]:
+    """The blocks (see :func:`iter_blocks`) of a file's bytes ``[start, end)``; both are line
+    starts (:func:`split_points`), and the blocks depend on the bytes alone."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield from iter_blocks(_ExactReader(fd, start, end))
+    finally:
+        os.close(fd)
+
+
+def split_points(path: str | os.PathLike[str], size: int, parts: int) -> list[int]:
+    """Offsets cutting a file of ``size`` bytes into about ``parts`` ranges at line starts:
+    ``[0, p1, ..., size]``."""
+    points = [0]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for k in range(1, parts):
+            at = k * size // parts
+            if at <= points[-1]:
+                continue
+            window = os.pread(fd, MAX_CARRY, at)
+            newline = window.find(b"\n")
+            if newline >= 0 and at + newline + 1 < size:
+                points.append(at + newline + 1)
+    finally:
+        os.close(fd)
+    points.append(size)
+    return points

@@ -10,7 +10,6 @@ analyzer's footprint.
 from __future__ import annotations
 
 import itertools
-import re
 
 import regex
 
@@ -32,7 +31,7 @@ from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
-from crashlens.parse.scan import MAX_LINE_BYTES
+from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
     MAX_EVIDENCE_TEXT,
     RING,
@@ -50,7 +49,7 @@ from crashlens.rulebase.schema import RuleSet
 LAST_LINES = 5
 MAX_FACTS = 200
 _HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
-_FACT_PROBE = re.compile("|".join(re.escape(t) for t in facts.TRIGGERS))
+_FACT_PROBE = TriggerScanner(facts.TRIGGERS)
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
 
 
@@ -147,7 +146,7 @@ class FileParser:
         self.clock.learn(text)
         if "global_rank_mapping=" in text:
             self.rank_map.update(_rank_mapping(text))
-        if _FACT_PROBE.search(text):
+        if _FACT_PROBE.line_starts(text.encode("utf-8", "replace")):
             for key, value in facts.extract(text).items():
                 seen = (key, stream.host, stream.rank)
                 if seen not in self._fact_keys and len(self.facts) < MAX_FACTS:

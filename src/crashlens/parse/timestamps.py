@@ -14,9 +14,9 @@ is read the same way, so differences and order are right even if the absolute zo
 from __future__ import annotations
 
 import calendar
+import functools
+import re
 from dataclasses import dataclass
-
-import regex
 
 MONTHS = {
     m: i
@@ -25,30 +25,30 @@ MONTHS = {
     )
 }
 
-_ISO = regex.compile(
+_ISO = re.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?\s?(?P<z>Z|[+-]\d{2}:?\d{2}|UTC)?"
 )
 #: HF Transformers' examples, ``datefmt="%m/%d/%Y %H:%M:%S"``: ``11/30/2026 22:41:09 - INFO``.
-_US = regex.compile(
+_US = re.compile(
     r"\[?(?P<mo>\d{2})/(?P<d>\d{2})/(?P<y>\d{4})[ ,](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?"
 )
-_GLOG = regex.compile(
+_GLOG = re.compile(
     r"\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:\.(?P<f>\d{1,9}))?[\s\]]"
 )
-_SYSLOG = regex.compile(
+_SYSLOG = re.compile(
     r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?(?: (?P<y>\d{4}))?\s"
 )
-_CTIME = regex.compile(
+_CTIME = re.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) "
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\]"
 )
-_MONO = regex.compile(r"\[ *(?P<sec>\d{1,9})\.(?P<f>\d{6})\]")
-_EPOCH = regex.compile(r"\[?(?P<sec>1[5-9]\d{8}|20\d{8})(?:\.(?P<f>\d{1,9}))?\]?[\s:,]")
-_DMESG_ISO_PREFIX = regex.compile(r"\w+\s*:\s*\w+\s*: ")
+_MONO = re.compile(r"\[ *(?P<sec>\d{1,9})\.(?P<f>\d{6})\]")
+_EPOCH = re.compile(r"\[?(?P<sec>1[5-9]\d{8}|20\d{8})(?:\.(?P<f>\d{1,9}))?\]?[\s:,]")
+_DMESG_ISO_PREFIX = re.compile(r"\w+\s*:\s*\w+\s*: ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,7 @@ def _zone(text: str | None) -> int:
     return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
 
 
+@functools.lru_cache(maxsize=4096)
 def _wall(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
     if not (1970 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60):
         return None
@@ -120,7 +121,7 @@ def _us(text: str) -> Stamp | None:
     return _dated(_US.match(text))
 
 
-def _dated(m: regex.Match[str] | None) -> Stamp | None:
+def _dated(m: re.Match[str] | None) -> Stamp | None:
     """A full date and time (``y mo d h mi s`` groups, optional ``f`` and zone ``z``)."""
     if not m:
         return None

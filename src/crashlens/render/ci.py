@@ -13,8 +13,9 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import iso
-from crashlens.render.text import clean, rank_list
+from crashlens.model import iso, plural
+from crashlens.render.remedy import to_plain
+from crashlens.render.text import clean, on_ranks
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence
@@ -51,7 +52,11 @@ def _annotation(cause: Cause) -> str:
     level = "error" if cause.kind == "cause" and cause.confidence >= WARN_BELOW else "warning"
     props = []
     ev = _cited(cause)
-    if ev is not None:
+    frame = cause.user_frame
+    if frame is not None:
+        # Where the user's code failed: the line a reviewer can fix, not the log line.
+        props += [f"file={gh_property(frame.file)}", f"line={frame.line}"]
+    elif ev is not None:
         props += [f"file={gh_property(ev.file)}", f"line={ev.line}"]
     title = f"crashlens: {rule.title} ({rule.cls})"
     props.append(f"title={gh_property(clean(title))}")
@@ -69,16 +74,18 @@ def _message(cause: Cause, ev: Evidence | None) -> str:
     ranks = cause.match.ranks
     lines = [
         f"{rule.title} [{rule.id}], {kind}, confidence {cause.confidence:.2f}"
-        + (f", ranks {rank_list(ranks)}" if ranks else "")
+        + (f",{on_ranks(ranks)}" if ranks else "")
     ]
     if ev is not None:
         who = "" if ev.rank is None else f"rank {ev.rank}: "
-        lines.append(f"{who}{ev.text}")
+        lines.append(f"{who}{ev.text} ({ev.file}:{ev.line})")
+    if cause.user_frame is not None:
+        lines.append(f"In your code: {cause.user_frame}")
     if cause.explains:
         n = sum(e.count for e in cause.explains)
-        lines.append(f"Explains {n} downstream symptom(s).")
+        lines.append(f"Explains {plural(n, 'downstream symptom')}.")
     if cause.remediation:
-        lines.append(cause.remediation)
+        lines.append(to_plain(cause.remediation))
     text = clean("\n".join(lines))
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " …"
 
@@ -134,9 +141,11 @@ def _details(cause: Cause) -> str:
         who = "rank ?" if ev.rank is None else f"rank {ev.rank}"
         when = iso(ev.time) or "no time"
         lines.append(f"{ev.file}:{ev.line} {who} {when}\n    {ev.text}")
+    if cause.user_frame is not None:
+        lines.append(f"In your code: {cause.user_frame}")
     if cause.explains:
         lines.append("Explains:")
         lines += [f"  - {e.title} [{e.rule_id}] x{e.count}" for e in cause.explains]
     if cause.remediation:
-        lines.append("Remediation:\n" + cause.remediation)
+        lines.append("Remediation:\n" + to_plain(cause.remediation))
     return "\n".join(lines)

@@ -3,13 +3,14 @@
 Nothing is fetched: styles are inline, there is no script, and a restrictive
 Content-Security-Policy forbids the page from loading anything even if a log line managed to
 smuggle markup in. Every piece of log text goes through :func:`html.escape` (attributes and SVG
-``<title>`` tooltips included), and rule remediation is shown as preformatted text rather than
-interpreted as markdown, so what the logs or a placeholder filled from them say can never become
-markup.
+``<title>`` tooltips included). Rule remediation is Markdown, rendered by markdown-it with raw
+HTML off, no images and links only to http(s) URLs (:mod:`crashlens.render.remedy`); the values
+filled into it from the logs are plain text or code spans, so they can never become markup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import html
 import math
@@ -17,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import headline, iso
+from crashlens.model import headline, iso, plural
+from crashlens.render.remedy import is_http_url, to_html
 from crashlens.render.text import clean, rank_list
 
 if TYPE_CHECKING:
@@ -43,6 +45,12 @@ def esc(text: object) -> str:
     if len(s) > MAX_TEXT:
         s = s[:MAX_TEXT] + " …"
     return html.escape(s, quote=True)
+
+
+def esc_path(text: object) -> str:
+    """:func:`esc`, with a line-break opportunity after each ``/`` (paths wrap at a
+    directory, never inside a name)."""
+    return esc(text).replace("/", "/<wbr>")
 
 
 def render(report: Report, *, title: str | None = None, **_: Any) -> str:
@@ -108,7 +116,9 @@ def _first_failure(report: Report) -> str:
         ("Kind", ff.kind),
         ("Rule", ff.rule_id or "-"),
     ]
-    cells = "".join(f"<div><dt>{k}</dt><dd>{esc(v)}</dd></div>" for k, v in rows)
+    if ff.frame is not None:
+        rows.append(("In your code", str(ff.frame)))
+    cells = "".join(f"<div><dt>{k}</dt><dd>{esc_path(v)}</dd></div>" for k, v in rows)
     return (
         '<section class="card first">\n<h2>First failure</h2>\n'
         f'<dl class="facts">{cells}</dl>\n<pre class="log hl">{esc(ff.text)}</pre>\n</section>'
@@ -177,8 +187,13 @@ def _cause(i: int, cause: Cause) -> str:
     parts.append(f"<h4>Evidence</h4>\n{evidence}")
     if cause.explains:
         parts.append(_explains_table(cause))
+    if cause.user_frame is not None:
+        parts.append(
+            f'<p class="frame">In your code: <code>{esc_path(cause.user_frame)}</code></p>'
+        )
     if cause.remediation:
-        parts.append(f'<h4>Remediation</h4>\n<pre class="remedy">{esc(cause.remediation)}</pre>')
+        body = to_html(clean(cause.remediation))
+        parts.append(f'<h4>Remediation</h4>\n<div class="remedy">{body}</div>')
     if rule.references:
         refs = "".join(f"<li>{_reference(r)}</li>" for r in rule.references)
         parts.append(f'<h4>References</h4><ul class="refs">{refs}</ul>')
@@ -187,8 +202,9 @@ def _cause(i: int, cause: Cause) -> str:
 
 
 def _reference(ref: str) -> str:
-    """Rule references are links when they are https URLs (never fetched, only navigable)."""
-    if ref.startswith("https://") and not any(c in ref for c in " \"'<>"):
+    """Rule references are links when they are http(s) URLs (never fetched, only navigable);
+    anything else is text."""
+    if is_http_url(ref):
         return f'<a href="{esc(ref)}" rel="noopener noreferrer">{esc(ref)}</a>'
     return esc(ref)
 
@@ -200,7 +216,7 @@ def _evidence(ev: Evidence) -> str:
     context = "".join(f'<span class="ctx">{esc(line)}</span>\n' for line in ev.context)
     return (
         '<div class="evidence">'
-        f'<div class="evhead"><code>{esc(where)}</code><span>{esc(who + host)}</span>'
+        f'<div class="evhead"><code>{esc_path(where)}</code><span>{esc(who + host)}</span>'
         f"<span>{esc(_when(ev.time, inferred=ev.time_inferred))}</span></div>"
         f'<pre class="log">{context}<span class="hl">{esc(ev.text)}</span></pre></div>'
     )
@@ -287,7 +303,7 @@ def _tracebacks(report: Report) -> str:
         body += f'<span class="hl">{esc(lines[-1])}</span>\n' if lines else ""
         items.append(
             f"<details><summary><b>{esc(title[:200])}</b> · {esc(who)} · {esc(when)} · "
-            f"<code>{esc(f'{tb.source.path}:{tb.start_line}')}</code></summary>"
+            f"<code>{esc_path(f'{tb.source.path}:{tb.start_line}')}</code></summary>"
             f'<pre class="log">{body}</pre></details>'
         )
     more = len(tbs) - MAX_TRACEBACKS
@@ -307,7 +323,8 @@ def _rank_table(report: Report) -> str:
     if not report.ranks:
         return ""
     rows = "".join(
-        f"<tr><td class='n'>{'?' if r.rank is None else r.rank}</td><td>{esc(r.host or '-')}</td>"
+        f"<tr><td class='n'>{'process' if r.rank is None else r.rank}</td>"
+        f"<td>{esc(r.host or '-')}</td>"
         f"<td class='n'>{r.lines}</td><td>{esc(_when(r.first_time, inferred=False))}</td>"
         f"<td>{esc(_when(r.last_time, inferred=False))}</td>"
         f"<td class='n'>{'-' if r.exitcode is None else r.exitcode}</td>"
@@ -342,17 +359,19 @@ def _inventory(report: Report) -> str:
     facts = [
         ("Files read", str(len(read))),
         ("Bytes", f"{sum(f.bytes for f in read):,}"),
-        ("Ranks", str(len(report.ranks))),
+        ("Ranks", str(sum(1 for r in report.ranks if r.rank is not None))),
         ("Time span", span),
         ("Rules loaded", str(report.rules_loaded)),
     ]
     cells = "".join(f"<div><dt>{k}</dt><dd>{esc(v)}</dd></div>" for k, v in facts)
     rows = "".join(
-        f"<tr><td><code>{esc(f.path)}</code></td><td>{esc(f.kind)}</td>"
+        f"<tr><td><code>{esc_path(f.path)}</code></td><td>{esc(f.kind)}</td>"
         f"<td class='n'>{f.bytes:,}</td><td class='n'>{f.lines:,}</td></tr>"
         for f in read
     )
-    skip_rows = "".join(f"<li><code>{esc(f.path)}</code>: {esc(f.skipped)}</li>" for f in skipped)
+    skip_rows = "".join(
+        f"<li><code>{esc_path(f.path)}</code>: {esc(f.skipped)}</li>" for f in skipped
+    )
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes if not n.startswith("skipped "))
     return (
         '<section class="card">\n<h2>Inputs</h2>\n'
@@ -457,7 +476,8 @@ def _timeline_section(report: Report) -> str:
     )
     return (
         '<section class="card">\n<h2>Timeline</h2>\n'
-        f"<p class='muted'>One lane per rank; hover a mark for the log line.{hint}</p>\n"
+        f"<p class='muted'>One lane per rank (or the process); hover a mark for the log line."
+        f"{hint}</p>\n"
         f'<div class="svgwrap">{svg}</div>\n{legend}\n</section>'
     )
 
@@ -474,6 +494,12 @@ def _lanes(report: Report) -> tuple[list[str], dict[int, int], dict[str, int]]:
         f"rank {r}" + (f" · {host_by_rank[r]}" if r in host_by_rank else "") for r in sorted(ranks)
     ]
     other_lane: dict[str, int] = {}
+    # A single-process job: its one rank-less summary is the process, whose lane it is.
+    alone = [r for r in report.ranks if r.rank is None] if not ranks else []
+    for r in alone:
+        key = r.host or LAUNCHER
+        other_lane[key] = len(labels)
+        labels.append("process" + (f" · {r.host}" if r.host else ""))
     for row in frame.itertuples(index=False):
         if _opt_int(row.rank) is None:
             key = _opt_str(row.host) or LAUNCHER
@@ -491,6 +517,7 @@ def _marks(report: Report, rank_lane: dict[int, int], other_lane: dict[str, int]
         (ev.file, ev.line) for c in report.causes if c.kind == "cause" for ev in c.evidence
     }
     ff = report.first_failure
+    alone = not rank_lane and any(r.rank is None for r in report.ranks)
     grouped: dict[tuple[str, int, int], list[Any]] = defaultdict(list)
     for row in report.timeline.itertuples(index=False):
         rank = _opt_int(row.rank)
@@ -510,14 +537,29 @@ def _marks(report: Report, rank_lane: dict[int, int], other_lane: dict[str, int]
             cat = "other"
         times = [t for t in (_ts(r.time) for r in rows) if t is not None]
         first = ff is not None and (ff.file, ff.line) == (source, line)
-        marks.append(Mark(lane, min(times) if times else None, cat, _tooltip(rows), first))
+        tip = _tooltip(rows, process=alone)
+        marks.append(Mark(lane, min(times) if times else None, cat, tip, first))
+    # Nothing fatal happened before the first failure: an earlier line of a cause (a handled
+    # exception, a warning) is drawn as an ordinary signal.
+    start = next((m.time for m in marks if m.first and m.time is not None), None)
+    if ff is not None and ff.time is not None:
+        start = ff.time if start is None else min(start, ff.time)
+    if start is not None:
+        marks = [
+            dataclasses.replace(m, category="other")
+            if m.category == "fatal" and not m.first and m.time is not None and m.time < start
+            else m
+            for m in marks
+        ]
     return marks
 
 
-def _tooltip(rows: list[Any]) -> str:
+def _tooltip(rows: list[Any], *, process: bool = False) -> str:
     row = rows[0]
     rank = _opt_int(row.rank)
     who = f"rank {rank}" if rank is not None else (_opt_str(row.host) or LAUNCHER)
+    if rank is None and process:
+        who = "the process"
     t = _ts(row.time)
     sigs = ", ".join(sorted({str(r.signal) for r in rows}))
     when = _when(t, inferred=bool(row.time_inferred))
@@ -582,11 +624,11 @@ def timeline_svg(report: Report) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {SVG_WIDTH} {height:.0f}" '
         f'width="100%" role="img" aria-label="timeline of {n} lanes" class="timeline">',
-        f"<title>Timeline: {n} lane(s), {len(marks)} event line(s)</title>",
+        f"<title>Timeline: {plural(n, 'lane')}, {plural(len(marks), 'event line')}</title>",
     ]
     out += _lane_rows(labels, lane_h, top, label_every, ff_lane, x1, has_untimed)
     out += _axis(start, end, x_of, top, n * lane_h)
-    out += _activity(report, rank_lane, x_of, y_of, lane_h)
+    out += _activity(report, rank_lane, other_lane, x_of, y_of, lane_h)
     if has_untimed:
         ux = x1 + 8
         out.append(
@@ -664,19 +706,29 @@ def _axis(start: float, end: float, x_of: Any, top: float, plot_h: float) -> lis
 
 
 def _activity(
-    report: Report, rank_lane: dict[int, int], x_of: Any, y_of: Any, lane_h: float
+    report: Report,
+    rank_lane: dict[int, int],
+    other_lane: dict[str, int],
+    x_of: Any,
+    y_of: Any,
+    lane_h: float,
 ) -> list[str]:
-    """A faint bar per rank from its first to its last timestamped line (silence shows)."""
+    """A faint bar per rank (or the one process) from its first to its last timestamped line
+    (silence shows)."""
     out = []
     h = max(2.0, lane_h * 0.35)
     for r in report.ranks:
-        if r.rank is None or r.first_time is None or r.last_time is None:
+        if r.first_time is None or r.last_time is None:
+            continue
+        lane = rank_lane.get(r.rank) if r.rank is not None else other_lane.get(r.host or LAUNCHER)
+        if lane is None:
             continue
         xa, xb = x_of(r.first_time), x_of(r.last_time)
-        tip = f"rank {r.rank}: logged {_when(r.first_time, inferred=False)}"
+        who = f"rank {r.rank}" if r.rank is not None else "the process"
+        tip = f"{who}: logged {_when(r.first_time, inferred=False)}"
         tip += f" → {_when(r.last_time, inferred=False)}"
         out.append(
-            f'<rect x="{xa:.1f}" y="{y_of(rank_lane[r.rank]) - h / 2:.1f}" '
+            f'<rect x="{xa:.1f}" y="{y_of(lane) - h / 2:.1f}" '
             f'width="{max(2.0, xb - xa):.1f}" height="{h:.1f}" rx="{h / 2:.1f}" class="span">'
             f"<title>{esc(tip)}</title></rect>"
         )
@@ -766,13 +818,17 @@ font-size:12px;background:#f6f8fa;color:var(--fg)}
 .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:8px 16px;
 margin:0 0 10px}
 .facts dt{font-size:11px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
-.facts dd{margin:0;font-weight:600;word-break:break-all}
-pre{white-space:pre-wrap;word-break:break-word;margin:0}
+.facts dd{margin:0;font-weight:600;overflow-wrap:break-word;word-break:normal}
+pre{white-space:pre-wrap;overflow-wrap:break-word;word-break:normal;margin:0}
 pre.log{background:#0d1117;color:#c9d1d9;border-radius:6px;padding:10px 12px;overflow:auto}
 pre.log .ctx{color:#8b949e}
 pre.log .hl,pre.log.hl{color:#ffa198;font-weight:600}
-pre.remedy{background:#f0fff4;border:1px solid #aceebb;border-radius:6px;padding:10px 12px;
-font-family:inherit;font-size:13px}
+.remedy{background:#f0fff4;border:1px solid #aceebb;border-radius:6px;padding:10px 12px;
+font-size:13px;overflow-wrap:break-word}
+.remedy p{margin:0 0 6px}.remedy ol,.remedy ul{margin:0 0 6px;padding-left:22px}
+.remedy li{margin:2px 0}.remedy>:last-child{margin-bottom:0}
+.remedy code,.frame code{background:#eaeef2;border-radius:4px;padding:0 4px}
+.frame{margin:8px 0 0}
 .evidence{margin:8px 0}
 .evhead{display:flex;flex-wrap:wrap;gap:14px;font-size:12px;color:var(--muted);margin-bottom:3px}
 .evhead code{color:var(--fg)}

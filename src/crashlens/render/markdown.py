@@ -3,7 +3,9 @@
 Log text is untrusted. Outside code blocks it is entity-escaped (``&``, ``<``, ``>``) and
 markdown punctuation is backslash-escaped, so it can neither open an HTML tag nor become a link
 or emphasis. Inside fenced code blocks runs of backticks are broken with a zero-width space so
-a log line cannot close the fence and continue as live markdown.
+a log line cannot close the fence and continue as live markdown. The remediation is the rule's
+Markdown, passed through (its numbered lists and code spans stay): the values the rank stage
+filled into it from the logs are already plain text or code spans.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import iso
-from crashlens.render.text import clean, rank_list
+from crashlens.model import iso, plural
+from crashlens.render.text import clean, on_ranks, rank_list
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence
@@ -75,8 +77,9 @@ def _first_failure(report: Report) -> list[str]:
     who = "the process" if ff.rank is None else f"rank {ff.rank}"
     host = f" on {md_text(ff.host)}" if ff.host else ""
     when = f" at {iso(ff.time)}" if ff.time is not None else ""
+    frame = f" (in your code: {inline_code(str(ff.frame))})" if ff.frame is not None else ""
     return [
-        f"**First failure:** {who}{host}{when} — {inline_code(f'{ff.file}:{ff.line}')}",
+        f"**First failure:** {who}{host}{when} — {inline_code(f'{ff.file}:{ff.line}')}{frame}",
         fence([ff.text]),
     ]
 
@@ -107,14 +110,30 @@ def _cause(i: int, cause: Cause) -> list[str]:
         out.append(f"_… and {more} more evidence line(s)._")
     if cause.explains:
         items = [
-            f"- {md_text(e.title)} ({inline_code(e.rule_id)}) ×{e.count}"
-            + (f" on ranks {rank_list(list(e.ranks))}" if e.ranks else "")
+            f"- {md_text(e.title)} ({inline_code(e.rule_id)}) ×{e.count}{on_ranks(e.ranks)}"
             for e in cause.explains
         ]
         out.append("**Explains (symptoms, not causes):**\n" + "\n".join(items))
+    if cause.user_frame is not None:
+        out.append(f"**In your code:** {inline_code(str(cause.user_frame))}")
     if cause.remediation:
-        out.append("**Remediation:**\n\n" + _paragraphs(cause.remediation))
+        out.append("**Remediation:**\n\n" + remediation(cause.remediation))
+    if cause.match.rule.references:
+        out.append("**References:** " + ", ".join(_link(r) for r in cause.match.rule.references))
     return out
+
+
+def remediation(text: str) -> str:
+    """The filled remediation as Markdown: control characters made visible, the rest as the
+    rule wrote it (its values from the logs are already plain text or code spans)."""
+    return clean(text).strip()
+
+
+def _link(ref: str) -> str:
+    """A reference: an autolink when it is an http(s) URL, else inline code."""
+    if re.match(r"https?://[^\s<>\"'`]+\Z", ref, re.IGNORECASE):
+        return f"<{ref}>"
+    return inline_code(ref)
 
 
 def _evidence_head(ev: Evidence) -> str:
@@ -125,19 +144,15 @@ def _evidence_head(ev: Evidence) -> str:
     return f"{inline_code(f'{ev.file}:{ev.line}')} — {who}{host}{stamp}"
 
 
-def _paragraphs(text: str) -> str:
-    """Escaped prose, keeping the rule author's paragraph breaks (single breaks reflow)."""
-    paras = re.split(r"\n\s*\n", text.strip())
-    return "\n\n".join(" ".join(md_text(x) for x in p.splitlines()) for p in paras)
-
-
 def _details(report: Report) -> list[str]:
     read = [f for f in report.inputs if f.skipped is None]
     skipped = [f for f in report.inputs if f.skipped]
     size = sum(f.bytes for f in read)
+    ranked = sum(1 for r in report.ranks if r.rank is not None)
     lines = [
-        f"- {len(read)} file(s), {size:,} bytes, {len(report.ranks)} rank(s), "
-        f"{report.rules_loaded} rules",
+        f"- {plural(len(read), 'file')}, {plural(size, 'byte').replace(str(size), f'{size:,}', 1)}"
+        + (f", {plural(ranked, 'rank')}" if ranked else "")
+        + f", {plural(report.rules_loaded, 'rule')}",
     ]
     lines += [f"- {inline_code(f.path)}: {f.bytes:,} bytes, {f.lines:,} lines" for f in read[:50]]
     lines += [f"- skipped {inline_code(f.path)}: {md_text(f.skipped or '')}" for f in skipped]
@@ -146,7 +161,7 @@ def _details(report: Report) -> list[str]:
     if ranks:
         blocks = []
         for r in ranks[:64]:
-            head = f"rank {'?' if r.rank is None else r.rank}"
+            head = "the process" if r.rank is None else f"rank {r.rank}"
             if r.host:
                 head += f" ({md_text(r.host)})"
             if r.exitcode is not None:

@@ -17,8 +17,9 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from crashlens.errors import CrashlensError
-from crashlens.model import iso
-from crashlens.render.text import clean, rank_list
+from crashlens.model import iso, plural
+from crashlens.render.remedy import to_mrkdwn
+from crashlens.render.text import clean, on_ranks
 
 if TYPE_CHECKING:
     from crashlens.report import Report
@@ -50,10 +51,9 @@ def truncate(text: str, limit: int) -> str:
     return cut + "…"
 
 
-def reflow(text: str) -> str:
-    """Join the rule author's hard-wrapped lines; keep blank-line paragraph breaks."""
-    paras = re.split(r"\n\s*\n", text.strip())
-    return "\n\n".join(" ".join(x.strip() for x in p.splitlines()) for p in paras)
+def remediation(markdown: str) -> str:
+    """The remediation in mrkdwn: numbered lines, code spans, links only to http(s) URLs."""
+    return to_mrkdwn(clean(markdown), slack_escape)
 
 
 def cut_words(text: str, limit: int) -> str:
@@ -115,13 +115,15 @@ def payload(report: Report) -> dict[str, Any]:
             blocks.append(_section("*Evidence*\n" + _code(evidence, MAX_SECTION - 20)))
         if top.explains:
             explained = [
-                f"• {slack_escape(e.title)} (`{slack_escape(e.cls)}`) ×{e.count}"
-                + (f" on ranks {rank_list(list(e.ranks))}" if e.ranks else "")
+                f"• {slack_escape(e.title)} (`{slack_escape(e.cls)}`) ×{e.count}{on_ranks(e.ranks)}"
                 for e in top.explains[:MAX_EXPLAINED]
             ]
             blocks.append(_section("*Explains* (symptoms of this cause)\n" + "\n".join(explained)))
+        if top.user_frame is not None:
+            frame = slack_escape(str(top.user_frame)).replace("`", "'")
+            blocks.append(_section(f"*In your code:* `{frame}`"))
         if top.remediation:
-            blocks.append(_section("*Remediation*\n" + slack_escape(reflow(top.remediation))))
+            blocks.append(_section("*Remediation*\n" + remediation(top.remediation)))
     blocks.append(_context(report))
     fallback = truncate(f"crashlens: {slack_escape(report.verdict)}", MAX_SECTION)
     return {"text": fallback, "blocks": blocks[:MAX_BLOCKS]}
@@ -141,12 +143,11 @@ def _first_failure(report: Report) -> list[dict[str, Any]]:
 def _context(report: Report) -> dict[str, Any]:
     read = [f for f in report.inputs if f.skipped is None]
     more = len(report.causes) - 1
-    extra = f" · {more} more finding(s)" if more > 0 else ""
+    extra = f" · {plural(more, 'more finding')}" if more > 0 else ""
     version = f" {report.tool_version}" if report.tool_version else ""
-    text = (
-        f"crashlens{slack_escape(version)} · {len(read)} file(s) · "
-        f"{len(report.ranks)} rank(s){extra}"
-    )
+    ranked = sum(1 for r in report.ranks if r.rank is not None)
+    text = f"crashlens{slack_escape(version)} · {plural(len(read), 'file')}"
+    text += (f" · {plural(ranked, 'rank')}" if ranked else "") + extra
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
 
 

@@ -1,4 +1,10 @@
-"""Terminal output with rich: verdict, ranked causes, first failure, evidence, remediation.
+"""Terminal output: the answer on one screen, the rest behind ``--verbose``.
+
+The default view holds the verdict, the first failure with the frame of the user's code it
+came from, the top cause's first fixes and one line of symptoms; ``verbose`` adds every cause
+with its evidence, what it explains, its references, and the inputs. On a terminal the
+remediation is rendered by rich's Markdown and long lines wrap with hanging indents; piped
+(``terminal=False``) the output is plain text: no colour, no box characters, no hard wrap.
 
 Log text is always handed to rich as :class:`rich.text.Text`, never as markup, and control
 characters (ANSI escapes included) are made visible, so a log line cannot style or move the
@@ -9,22 +15,31 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group, RenderableType
-from rich.panel import Panel
+from rich.console import Console, RenderableType
+from rich.markdown import Markdown
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
 
-from crashlens.model import iso
+from crashlens.model import iso, plural
+from crashlens.render.remedy import to_plain
 
 if TYPE_CHECKING:
-    from crashlens.model import Cause, Evidence
+    from crashlens.model import Cause, Evidence, Explained, FirstFailure
     from crashlens.report import Report
 
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c not in (9, 10)}
 _CONTROL[127] = "\\x7f"
-MAX_CAUSES = 5
+#: The default view: the first failure's message up to this many characters, this many
+#: steps of the top cause's remediation, this many symptoms on the symptoms line.
+SHORT_MESSAGE = 240
+TOP_FIXES = 3
+TOP_SYMPTOMS = 2
 MAX_EVIDENCE_SHOWN = 4
+INFERRED_LEGEND = "~ = time inferred: the line has none, the last timestamp before it is shown"
 
 
 def clean(text: str) -> str:
@@ -33,112 +48,6 @@ def clean(text: str) -> str:
 
 
 _ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
-
-
-def reflow(text: str) -> str:
-    """Join hard-wrapped lines so the terminal wraps them once; keep paragraphs and list items."""
-    out: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            out.append("")
-        elif out and out[-1] and not _ITEM.match(line):
-            out[-1] += " " + stripped
-        else:
-            out.append(stripped)
-    return "\n".join(out).strip()
-
-
-def render(report: Report, *, color: bool = False, width: int = 100, **_: Any) -> str:
-    """Render the report for a terminal (``color=False`` gives plain text)."""
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width,
-        color_system="truecolor" if color else None,
-        force_terminal=color,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
-        markup=False,
-    )
-    for block in renderables(report):
-        console.print(block)
-    return buf.getvalue()
-
-
-def renderables(report: Report) -> list[RenderableType]:
-    """The report as rich renderables (usable with any Console)."""
-    out: list[RenderableType] = []
-    top = report.primary
-    style = "bold red" if top and top.kind == "cause" else ("bold yellow" if top else "bold green")
-    out.append(Text.assemble(("crashlens: ", "bold"), (clean(report.verdict), style)))
-    if report.first_failure is not None:
-        out.append(Text(clean(report.story)))
-    shifted = {h: c for h, c in report.clock_skew.items() if c.applied and c.offset_s}
-    if shifted:
-        parts = [
-            f"{h} {c.offset_s:+.3f}s ±{c.uncertainty_s:.3f}" for h, c in sorted(shifted.items())
-        ]
-        out.append(Text("Clock skew corrected: " + ", ".join(parts), "dim"))
-    ff = report.first_failure
-    if ff is not None:
-        where = f"rank {ff.rank}" if ff.rank is not None else "the process"
-        host = f" on {ff.host}" if ff.host else ""
-        when = f" at {iso(ff.time)}" if ff.time is not None else ""
-        if when and ff.time_inferred:
-            when += " (inferred: the line has no timestamp)"
-        line = Text(clean(f"First failure: {where}{host}{when} ({ff.file}:{ff.line})\n  "), "bold")
-        line.append(clean(ff.text), "red")
-        out.append(line)
-    for i, cause in enumerate(report.causes[:MAX_CAUSES], 1):
-        out.append(_cause_panel(i, cause))
-    hidden = len(report.causes) - MAX_CAUSES
-    if hidden > 0:
-        out.append(Text(f"... and {hidden} more finding(s); use --format json for all.", "dim"))
-    out.append(_inventory(report))
-    return out
-
-
-def _cause_panel(i: int, cause: Cause) -> Panel:
-    rule = cause.match.rule
-    parts: list[RenderableType] = []
-    head = Text()
-    head.append(f"{cause.confidence:.2f}", "bold")
-    head.append(f"  {rule.cls}  ", "cyan")
-    head.append(f"[{rule.id}]  severity {rule.severity}", "dim")
-    ranks = cause.match.ranks
-    if ranks:
-        head.append(f"\nranks: {rank_list(ranks)}")
-    parts.append(head)
-    parts.append(Text("Evidence:", "bold"))
-    for ev in cause.evidence[:MAX_EVIDENCE_SHOWN]:
-        parts.append(_evidence(ev))
-    more = len(cause.evidence) - MAX_EVIDENCE_SHOWN
-    if more > 0:
-        parts.append(Text(f"  (+{more} more)", "dim"))
-    if cause.explains:
-        parts.append(Text("Explains (symptoms, not causes):", "bold"))
-        for e in cause.explains:
-            where = f" on ranks {rank_list(list(e.ranks))}" if e.ranks else ""
-            parts.append(Text(f"  - {e.title} [{e.rule_id}] x{e.count}{where}"))
-    if cause.remediation:
-        parts.append(Text("Remediation:", "bold"))
-        parts.append(Text(clean(reflow(cause.remediation))))
-    kind = "cause" if cause.kind == "cause" else "symptom (no root cause visible)"
-    title = Text(f"#{i} {rule.title} — {kind}")
-    color = "red" if cause.kind == "cause" and i == 1 else "yellow"
-    return Panel(Group(*parts), title=title, title_align="left", border_style=color)
-
-
-def _evidence(ev: Evidence) -> Text:
-    who = f"rank {ev.rank}" if ev.rank is not None else "-"
-    when = iso(ev.time) or "no time"
-    if ev.time is not None and ev.time_inferred:
-        when += "~"
-    line = Text(clean(f"  {ev.file}:{ev.line}  {who}  {when}\n    "), "dim")
-    line.append(clean(ev.text), "")
-    return line
 
 
 def rank_list(ranks: list[int]) -> str:
@@ -150,15 +59,272 @@ def rank_list(ranks: list[int]) -> str:
     return f"{', '.join(map(str, ranks[:6]))}, … ({len(ranks)} ranks)"
 
 
-def _inventory(report: Report) -> Text:
+def on_ranks(ranks: list[int] | tuple[int, ...]) -> str:
+    """`` on rank 3`` / `` on ranks 0, 1`` / ``""`` (no ranks known)."""
+    if not ranks:
+        return ""
+    return f" on {'rank' if len(ranks) == 1 else 'ranks'} {rank_list(list(ranks))}"
+
+
+def human_bytes(n: int) -> str:
+    """``512 bytes``, ``12.3 KB``, ``4.1 MB``, ``2.0 GB`` (never ``0.0 MB``)."""
+    if n < 1000:
+        return plural(n, "byte")
+    for unit, size in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if n < size * 1000 or unit == "GB":
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"  # pragma: no cover - the loop always returns
+
+
+def cut_words(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a word boundary, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip() + " …"
+
+
+def top_fixes(markdown: str, keep: int = TOP_FIXES) -> tuple[str, int]:
+    """The remediation up to its ``keep``-th list item, and how many items were left out.
+
+    The rank stage gives each paragraph and list item its own line.
+    """
+    lines = markdown.splitlines()
+    items = [i for i, line in enumerate(lines) if _ITEM.match(line)]
+    if len(items) <= keep:
+        return markdown, 0
+    return "\n".join(lines[: items[keep]]).rstrip(), len(items) - keep
+
+
+# --- rows: what both the terminal and the plain text are made of ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the view: a label (continuation lines hang after it) and its text, or a
+    remediation in Markdown."""
+
+    body: Text
+    label: Text | None = None
+    indent: int = 0
+    markdown: str | None = None
+
+
+def _text(value: str, style: str = "") -> Text:
+    return Text(clean(value), style)
+
+
+def render(
+    report: Report,
+    *,
+    color: bool = False,
+    width: int = 100,
+    verbose: bool = False,
+    terminal: bool | None = None,
+    **_: Any,
+) -> str:
+    """Render the report for a terminal (``terminal=False``, the default without colour:
+    plain text, not wrapped)."""
+    rows = view(report, verbose=verbose)
+    if not (color if terminal is None else terminal):
+        return "".join(_plain(row) for row in rows)
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        color_system="truecolor" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    for block in renderables(report, verbose=verbose):
+        console.print(block)
+    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+
+
+def renderables(report: Report, *, verbose: bool = False) -> list[RenderableType]:
+    """The view as rich renderables (usable with any Console; they wrap to its width)."""
+    return [_renderable(row) for row in view(report, verbose=verbose)]
+
+
+def _renderable(row: Row) -> RenderableType:
+    if row.markdown is not None:
+        inner: RenderableType = Markdown(clean(row.markdown), hyperlinks=False)
+    elif row.label is not None:
+        grid = Table.grid()
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row(row.label, row.body)
+        inner = grid
+    else:
+        inner = row.body
+    return Padding(inner, (0, 0, 0, row.indent)) if row.indent else inner
+
+
+def _plain(row: Row) -> str:
+    pad = " " * row.indent
+    if row.markdown is not None:
+        return "".join(
+            f"{pad}{line}".rstrip() + "\n" for line in to_plain(clean(row.markdown)).splitlines()
+        )
+    label = row.label.plain if row.label is not None else ""
+    lines = (label + row.body.plain).split("\n")
+    return "".join(f"{pad}{line}\n" for line in lines)
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+def view(report: Report, *, verbose: bool = False) -> list[Row]:
+    """The rows of the terminal view (``verbose``: everything, else one screen)."""
+    top = report.primary
+    style = "bold red" if top and top.kind == "cause" else ("bold yellow" if top else "bold green")
+    rows = [Row(_text(report.verdict, style), Text("crashlens: ", "bold"))]
+    marks = _Marks()
+    if verbose and report.first_failure is not None:
+        rows.append(Row(_text(report.story)))
+    shifted = {h: c for h, c in report.clock_skew.items() if c.applied and c.offset_s}
+    if verbose and shifted:
+        parts = [
+            f"{h} {c.offset_s:+.3f}s ±{c.uncertainty_s:.3f}" for h, c in sorted(shifted.items())
+        ]
+        rows.append(Row(_text(", ".join(parts), "dim"), Text("Clock skew corrected: ", "dim")))
+    if report.first_failure is not None:
+        rows += _first_failure(report.first_failure, marks, verbose=verbose)
+    if verbose:
+        for i, cause in enumerate(report.causes, 1):
+            rows += _cause_block(i, cause, report.first_failure, marks)
+    elif top is not None:
+        rows += _summary(report, top)
+    if marks.inferred:
+        rows.append(Row(Text(INFERRED_LEGEND, "dim")))
+    rows += _inventory(report, verbose=verbose)
+    return rows
+
+
+class _Marks:
+    """Which marks the view used (each one gets a legend line)."""
+
+    def __init__(self) -> None:
+        self.inferred = False
+
+    def when(self, t: float | None, inferred: bool) -> str:
+        stamp = (iso(t) or "").replace("T", " ")
+        if stamp and inferred:
+            self.inferred = True
+            return stamp + "~"
+        return stamp
+
+
+def _first_failure(ff: FirstFailure, marks: _Marks, *, verbose: bool) -> list[Row]:
+    who = f"Rank {ff.rank}" if ff.rank is not None else "The process"
+    host = f" on {ff.host}" if ff.host else ""
+    when = marks.when(ff.time, ff.time_inferred)
+    at = f" at {when}" if when else ""
+    verb = " stopped first (hang)" if ff.kind == "hang" else " failed first"
+    rows = [Row(_text(f"{at} ({ff.file}:{ff.line})"), Text(f"{who}{host}{verb}", "bold"))]
+    if ff.frame is not None:
+        rows.append(Row(_text(str(ff.frame)), Text("in your code: ", "dim"), indent=2))
+    text = ff.text if verbose else cut_words(ff.text, SHORT_MESSAGE)
+    rows.append(Row(_text(text, "red"), indent=2))
+    return rows
+
+
+def _summary(report: Report, top: Cause) -> list[Row]:
+    """The default view's cause, fixes and symptoms."""
+    rule = top.match.rule
+    label = "Cause: " if top.kind == "cause" else "Symptom (no root cause visible): "
+    head = _text(rule.title, "bold")
+    head.append(f"  {rule.cls} · confidence {top.confidence:.2f} · ", "cyan")
+    head.append(f"[{rule.id}]", "dim")
+    rows = [Row(head, Text(label, "bold"))]
+    if top.remediation:
+        fixes, more = top_fixes(top.remediation)
+        rows.append(Row(Text("Fix:", "bold")))
+        rows.append(Row(Text(""), markdown=fixes, indent=2))
+        if more:
+            rows.append(Row(Text(f"(+{plural(more, 'more step')}: --verbose)", "dim"), indent=2))
+    if top.explains:
+        rows.append(Row(_text(_symptom_line(top.explains)), Text("Symptoms: ", "bold")))
+    others = len(report.causes) - 1
+    if others > 0:
+        titles = ", ".join(c.match.rule.title for c in report.causes[1:3])
+        tail = f" (+{others - 2})" if others > 2 else ""
+        rows.append(Row(_text(f"{titles}{tail}", "dim"), Text("Also found: ", "dim")))
+    return rows
+
+
+def _symptom_line(explains: list[Explained]) -> str:
+    ordered = sorted(explains, key=lambda e: -e.count)
+    parts = [f"{e.title} ×{e.count}{on_ranks(e.ranks)}" for e in ordered[:TOP_SYMPTOMS]]
+    more = len(explains) - TOP_SYMPTOMS
+    tail = f"; +{more} more" if more > 0 else ""
+    return "; ".join(parts) + tail + " (explained by the cause)"
+
+
+def _cause_block(i: int, cause: Cause, ff: FirstFailure | None, marks: _Marks) -> list[Row]:
+    rule = cause.match.rule
+    kind = "cause" if cause.kind == "cause" else "symptom (no root cause visible)"
+    color = "bold red" if cause.kind == "cause" and i == 1 else "bold yellow"
+    head = _text(f"#{i} {rule.title} — {kind}", color)
+    meta = f"{rule.cls} · confidence {cause.confidence:.2f} · severity {rule.severity}"
+    meta += f" · [{rule.id}]" + on_ranks(cause.match.ranks).replace(" on ", " · ", 1)
+    rows = [Row(Text("")), Row(head), Row(_text(meta, "dim"), indent=2)]
+    if cause.user_frame is not None:
+        rows.append(Row(_text(str(cause.user_frame)), Text("In your code: ", "bold"), indent=2))
+    rows.append(Row(Text("Evidence:", "bold"), indent=2))
+    for ev in cause.evidence[:MAX_EVIDENCE_SHOWN]:
+        rows += _evidence(ev, ff, marks)
+    more = len(cause.evidence) - MAX_EVIDENCE_SHOWN
+    if more > 0:
+        rows.append(Row(Text(f"(+{more} more; --format json lists all)", "dim"), indent=4))
+    if cause.explains:
+        rows.append(Row(Text("Explains (symptoms, not causes):", "bold"), indent=2))
+        for e in cause.explains:
+            line = f"{e.title} [{e.rule_id}] ×{e.count}{on_ranks(e.ranks)}"
+            rows.append(Row(_text(line), Text("- "), indent=4))
+    if cause.remediation:
+        rows.append(Row(Text("Fix:", "bold"), indent=2))
+        rows.append(Row(Text(""), markdown=cause.remediation, indent=4))
+    if rule.references:
+        rows.append(Row(_text(" ".join(rule.references), "dim"), Text("See: ", "dim"), indent=2))
+    return rows
+
+
+def _evidence(ev: Evidence, ff: FirstFailure | None, marks: _Marks) -> list[Row]:
+    parts = [f"{ev.file}:{ev.line}"]
+    if ev.rank is not None:
+        parts.append(f"rank {ev.rank}")
+    if ev.host:
+        parts.append(ev.host)
+    when = marks.when(ev.time, ev.time_inferred)
+    parts.append(when or "no time")
+    rows = [Row(_text("  ".join(parts), "dim"), indent=4)]
+    if ff is not None and (ff.file, ff.line) == (ev.file, ev.line):
+        rows.append(Row(Text("(the first failure, above)", "dim"), indent=6))
+    else:
+        rows.append(Row(_text(ev.text), indent=6))
+    return rows
+
+
+def _inventory(report: Report, *, verbose: bool) -> list[Row]:
     read = [f for f in report.inputs if f.skipped is None]
     skipped = [f for f in report.inputs if f.skipped]
-    size = sum(f.bytes for f in read)
-    text = Text(
-        f"Read {len(read)} file(s), {size / 1e6:.1f} MB, {len(report.ranks)} rank(s); "
-        f"{report.rules_loaded} rules.",
-        "dim",
-    )
-    for f in skipped[:10]:
-        text.append(f"\n  skipped {clean(f.path)}: {f.skipped}", "dim")
-    return text
+    parts = [f"{plural(len(read), 'file')} ({human_bytes(sum(f.bytes for f in read))})"]
+    if report.ranks and any(r.rank is not None for r in report.ranks):
+        parts.append(plural(sum(1 for r in report.ranks if r.rank is not None), "rank"))
+    parts.append(plural(report.rules_loaded, "rule"))
+    if skipped and not verbose:
+        parts.append(f"{len(skipped)} skipped")
+    if not verbose:
+        parts.append("more: --verbose")
+    rows = [Row(Text("Read " + " · ".join(parts) + ".", "dim"))]
+    if verbose:
+        for f in read:
+            rows.append(Row(_text(f"{f.path} ({human_bytes(f.bytes)}, {f.kind})", "dim"), indent=2))
+        for f in skipped:
+            rows.append(Row(_text(f"skipped {f.path}: {f.skipped}", "dim"), indent=2))
+    return rows

@@ -1,0 +1,471 @@
+"""``crashlens triage summary``: DuckDB queries over a fleet table, rendered for people.
+
+:func:`summarize` reads the committed part files of a table (each job's latest row) with DuckDB
+and computes: totals per status, jobs per cause, the weekly trend of causes, the hosts that
+keep producing hardware failures, and causes per torch / CUDA / NCCL / driver version. A job's
+time is ``submitted_at`` (manifest), else the time its failure began, else its newest log
+file's modification time. :func:`render` turns the result into text, Markdown, JSON or one
+self-contained HTML page (inline SVG charts, no script, nothing fetched, every value escaped).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from crashlens.errors import CrashlensError
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER
+
+FORMATS = ("text", "markdown", "json", "html")
+GROUPINGS = ("cause", "host", "rule", "week")
+#: Causes a machine, not the job, is usually to blame for: their hosts are listed.
+HARDWARE_CLASSES = ("gpu_hardware",)
+VERSION_FACTS = ("torch", "cuda", "nccl", "driver")
+NO_FAILURE = "(no failure)"
+TOP_HOSTS = 10
+_SINCE = re.compile(r"^(\d+)\s*([mhdw])$")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
+    """``7d``, ``12h``, ``2w``, ``30m`` before ``now``, or an ISO date/time (UTC).
+
+    Raises:
+        CrashlensError: for anything else.
+    """
+    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    m = _SINCE.match(value.strip().lower())
+    if m:
+        return now - dt.timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    try:
+        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CrashlensError(
+            f"--since '{value}': expected a span like 7d, 12h, 2w or an ISO date"
+        ) from None
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _connect(table: Path) -> Any:
+    import duckdb
+
+    if not (table / MARKER).is_file():
+        raise CrashlensError(f"{table}: not a fleet table (no {MARKER})")
+    parts = sorted((table / "jobs").glob("part-*.parquet"))
+    if not parts:
+        raise CrashlensError(f"{table}: the table has no committed rows yet")
+    con = duckdb.connect(":memory:")
+    source = _sql_str(str(table / "jobs" / "part-*.parquet"))
+    con.execute(
+        f"""
+        CREATE TABLE latest AS
+        SELECT * FROM read_parquet({source}, union_by_name = true)
+        QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY batch DESC) = 1
+        """
+    )
+    con.execute(
+        f"""
+        CREATE VIEW jobs AS
+        SELECT *,
+            coalesce(submitted_at, first_time, last_modified) AS job_time,
+            coalesce(cause_class,
+                     CASE WHEN status = 'analysed' THEN {_sql_str(NO_FAILURE)}
+                          ELSE '(' || status || ')' END) AS cause
+        FROM latest
+        """
+    )
+    return con
+
+
+def _rows(con: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    cur = con.execute(sql, list(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def summarize(
+    table: str | Path,
+    *,
+    since: str | None = None,
+    by: str = "cause",
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The fleet summary as plain data (the ``json`` format).
+
+    Raises:
+        CrashlensError: for a path that is not a fleet table, or a bad ``since``/``by``.
+    """
+    if by not in GROUPINGS:
+        raise CrashlensError(f"--by must be one of {', '.join(GROUPINGS)}")
+    path = Path(table)
+    con = _connect(path)
+    cutoff = parse_since(since, now) if since else None
+    where, params = ("WHERE job_time >= ?", [cutoff]) if cutoff else ("", [])
+    total = _rows(
+        con,
+        f"""SELECT count(*) AS jobs,
+                   count(*) FILTER (WHERE status = 'analysed') AS analysed,
+                   count(*) FILTER (WHERE status = 'error') AS error,
+                   count(*) FILTER (WHERE status = 'empty') AS empty,
+                   count(*) FILTER (WHERE cause_class IS NOT NULL) AS failed,
+                   count(*) FILTER (WHERE status = 'analysed' AND cause_class IS NULL)
+                       AS healthy
+            FROM jobs {where}""",
+        params,
+    )[0]
+    n = max(1, int(total["jobs"]))
+    causes = _rows(
+        con,
+        f"""SELECT cause, count(*) AS jobs, mode(rule) AS top_rule,
+                   count(DISTINCT first_host) AS hosts
+            FROM jobs {where} GROUP BY cause ORDER BY jobs DESC, cause""",
+        params,
+    )
+    for c in causes:
+        c["share"] = round(c["jobs"] / n, 4)
+    fail = f"{where} {'AND' if where else 'WHERE'} cause_class IS NOT NULL"
+    weeks = _rows(
+        con,
+        f"""SELECT strftime(date_trunc('week', job_time), '%Y-%m-%d') AS week, cause,
+                   count(*) AS jobs
+            FROM jobs {where} {"AND" if where else "WHERE"} job_time IS NOT NULL
+            GROUP BY week, cause ORDER BY week, jobs DESC, cause""",
+        params,
+    )
+    hw = ", ".join(_sql_str(c) for c in HARDWARE_CLASSES)
+    hardware = _rows(
+        con,
+        f"""SELECT cause_class, coalesce(first_host, '(unknown)') AS host, count(*) AS jobs,
+                   strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last_seen
+            FROM jobs {fail} AND cause_class IN ({hw})
+            GROUP BY cause_class, host
+            QUALIFY row_number() OVER (PARTITION BY cause_class ORDER BY count(*) DESC, host)
+                <= {TOP_HOSTS}
+            ORDER BY cause_class, jobs DESC, host""",
+        params,
+    )
+    versions: list[dict[str, Any]] = []
+    for fact in VERSION_FACTS:
+        versions += _rows(
+            con,
+            f"""SELECT '{fact}' AS fact, {fact} AS version, cause, count(*) AS jobs
+                FROM jobs {where} {"AND" if where else "WHERE"} {fact} IS NOT NULL
+                GROUP BY version, cause ORDER BY version, jobs DESC, cause""",
+            params,
+        )
+    key = {"cause": "cause", "host": "coalesce(first_host, '(unknown)')", "rule": "rule"}
+    if by == "week":
+        groups = _rows(
+            con,
+            f"""SELECT coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')
+                       AS "key", count(*) AS jobs, count(cause_class) AS failed,
+                       mode(cause_class) AS top_cause
+                FROM jobs {where} GROUP BY "key" ORDER BY "key" """,
+            params,
+        )
+    elif by == "cause":
+        groups = [{"key": c["cause"], "jobs": c["jobs"], "top_rule": c["top_rule"]} for c in causes]
+    else:
+        groups = _rows(
+            con,
+            f"""SELECT {key[by]} AS "key", count(*) AS jobs, mode(cause_class) AS top_cause
+                FROM jobs {fail} GROUP BY "key" ORDER BY jobs DESC, "key" """,
+            params,
+        )
+    errors = _rows(
+        con,
+        f"""SELECT job_id, error FROM jobs {where} {"AND" if where else "WHERE"}
+            status = 'error' ORDER BY job_id LIMIT 50""",
+        params,
+    )
+    span = _rows(
+        con,
+        f"""SELECT strftime(min(job_time), '%Y-%m-%dT%H:%M:%S') AS first,
+                   strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last FROM jobs {where}""",
+        params,
+    )[0]
+    con.close()
+    return {
+        "fleet_schema_version": FLEET_SCHEMA_VERSION,
+        "table": str(path),
+        "since": cutoff.isoformat(timespec="seconds") if cutoff else None,
+        "span": span,
+        "totals": {k: int(v) for k, v in total.items()},
+        "by": by,
+        "groups": groups,
+        "causes": causes,
+        "weeks": weeks,
+        "hardware_hosts": hardware,
+        "versions": versions,
+        "errors": errors,
+    }
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def render(summary: dict[str, Any], fmt: str) -> str:
+    """The summary as ``fmt`` (text, markdown, json, html).
+
+    Raises:
+        CrashlensError: for an unknown format.
+    """
+    renderers: dict[str, Callable[[dict[str, Any]], str]] = {
+        "text": _text,
+        "markdown": _markdown,
+        "json": lambda s: json.dumps(s, indent=2, ensure_ascii=False, default=str) + "\n",
+        "html": _html,
+    }
+    if fmt not in renderers:
+        raise CrashlensError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    return renderers[fmt](summary)
+
+
+def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """Every table of the summary as (title, header, rows), shared by text and Markdown."""
+    by = s["by"]
+    group_cols = {
+        "cause": ["cause", "jobs", "top rule"],
+        "host": ["host", "failed jobs", "top cause"],
+        "rule": ["rule", "failed jobs", "top cause"],
+        "week": ["week", "jobs", "failed", "top cause"],
+    }[by]
+    group_rows = [
+        [g["key"], g["jobs"], *([g["failed"]] if by == "week" else []), g.get("top_rule")]
+        if by == "cause"
+        else [g["key"], g["jobs"], *([g["failed"]] if by == "week" else []), g.get("top_cause")]
+        for g in s["groups"]
+    ]
+    sections = [
+        (f"Jobs by {by}", group_cols, group_rows),
+        (
+            "Causes",
+            ["cause", "jobs", "share", "top rule", "hosts"],
+            [
+                [c["cause"], c["jobs"], f"{100 * c['share']:.1f}%", c["top_rule"], c["hosts"]]
+                for c in s["causes"]
+            ],
+        ),
+        (
+            "Trend per week",
+            ["week", "cause", "jobs"],
+            [[w["week"], w["cause"], w["jobs"]] for w in s["weeks"]],
+        ),
+        (
+            "Hosts with hardware failures",
+            ["cause", "host", "jobs", "last seen"],
+            [[h["cause_class"], h["host"], h["jobs"], h["last_seen"]] for h in s["hardware_hosts"]],
+        ),
+        (
+            "Causes per version",
+            ["fact", "version", "cause", "jobs"],
+            [[v["fact"], v["version"], v["cause"], v["jobs"]] for v in s["versions"]],
+        ),
+        ("Errors", ["job", "error"], [[e["job_id"], e["error"]] for e in s["errors"]]),
+    ]
+    return sections
+
+
+def _headline(s: dict[str, Any]) -> str:
+    t = s["totals"]
+    since = f" since {s['since']}" if s["since"] else ""
+    return (
+        f"{t['jobs']} job(s){since}: {t['failed']} failed, {t['healthy']} without failure, "
+        f"{t['error']} could not be analysed, {t['empty']} empty"
+    )
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else " ".join(str(value).split())
+
+
+def _text(s: dict[str, Any]) -> str:
+    out = [f"crashlens fleet summary: {s['table']}", _headline(s), ""]
+    for title, header, rows in _sections(s):
+        if not rows:
+            continue
+        cells = [[_cell(v) for v in row] for row in rows]
+        widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+        out.append(title)
+        out.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        for r in cells:
+            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        out.append("")
+    return "\n".join(line.rstrip() for line in out).rstrip() + "\n"
+
+
+def _md(value: Any) -> str:
+    text = _cell(value)
+    return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text)
+
+
+def _markdown(s: dict[str, Any]) -> str:
+    out = ["# crashlens fleet summary", "", _md(_headline(s)) + ".", ""]
+    for title, header, rows in _sections(s):
+        if not rows:
+            continue
+        out += [f"## {title}", ""]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join("---" for _ in header) + "|")
+        out += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- HTML --------------------------------------------------------------------------------------
+
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'"
+)
+PALETTE = (
+    "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;background:#fafafa;color:#222}
+main{max-width:1100px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
+table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.lead{color:#555}svg{background:#fff;border:1px solid #ddd}
+.legend span{display:inline-block;margin-right:14px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+"""
+
+
+def esc(value: object) -> str:
+    """Any value as HTML text or a quoted attribute value."""
+    return html.escape(_cell(value), quote=True)
+
+
+def _colors(names: Sequence[str]) -> dict[str, str]:
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def _bar_chart(causes: list[dict[str, Any]], colors: dict[str, str]) -> str:
+    if not causes:
+        return ""
+    width, label_w, bar_h = 900, 230, 22
+    top = max(c["jobs"] for c in causes) or 1
+    height = bar_h * len(causes) + 10
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="jobs per cause">'
+    ]
+    for i, c in enumerate(causes):
+        y = 5 + i * bar_h
+        w = max(1.0, (width - label_w - 60) * c["jobs"] / top)
+        name = esc(c["cause"])
+        fill = colors.get(c["cause"], "#999")
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end" font-size="12">{name}</text>'
+            f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{bar_h - 6}" '
+            f'fill="{fill}"><title>{name}: {int(c["jobs"])}</title></rect>'
+            f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" font-size="12">{int(c["jobs"])}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _trend_chart(weeks: list[dict[str, Any]], colors: dict[str, str]) -> str:
+    per_week: dict[str, dict[str, int]] = defaultdict(dict)
+    for w in weeks:
+        per_week[w["week"]][w["cause"]] = int(w["jobs"])
+    if not per_week:
+        return ""
+    order = sorted(per_week)
+    width, height, left, bottom = 900, 260, 40, 40
+    top = max(sum(v.values()) for v in per_week.values()) or 1
+    step = (width - left - 10) / len(order)
+    bar_w = max(2.0, min(60.0, step * 0.7))
+    scale = (height - bottom - 10) / top
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="jobs per week and cause">',
+        f'<line x1="{left}" y1="{height - bottom}" x2="{width - 5}" y2="{height - bottom}" '
+        'stroke="#999"/>',
+        f'<text x="{left - 4}" y="14" text-anchor="end" font-size="11">{top}</text>',
+    ]
+    for i, week in enumerate(order):
+        x = left + i * step + (step - bar_w) / 2
+        y = float(height - bottom)
+        for cause, count in sorted(per_week[week].items(), key=lambda kv: -kv[1]):
+            h = count * scale
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
+                f'fill="{colors.get(cause, "#999")}"><title>{esc(week)} {esc(cause)}: '
+                f"{count}</title></rect>"
+            )
+        if len(order) <= 20 or i % max(1, len(order) // 20) == 0:
+            parts.append(
+                f'<text x="{x + bar_w / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle" '
+                f'font-size="10">{esc(week[5:])}</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _html_table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="n">{esc(v)}</td>' if isinstance(v, (int, float)) else f"<td>{esc(v)}</td>"
+            for v in row
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _html(s: dict[str, Any]) -> str:
+    colors = _colors([c["cause"] for c in s["causes"]])
+    legend = "".join(
+        f'<span><i style="background:{color}"></i>{esc(name)}</span>'
+        for name, color in colors.items()
+    )
+    body = [
+        "<h1>crashlens fleet summary</h1>",
+        f'<p class="lead">{esc(_headline(s))}. Table: <code>{esc(s["table"])}</code>'
+        + (
+            f"; jobs from {esc(s['span']['first'])} to {esc(s['span']['last'])}"
+            if s["span"]["first"]
+            else ""
+        )
+        + ".</p>",
+        "<h2>Jobs per cause</h2>",
+        _bar_chart(s["causes"], colors),
+    ]
+    if s["weeks"]:
+        body += ["<h2>Trend per week</h2>", _trend_chart(s["weeks"], colors)]
+        body.append(f'<p class="legend">{legend}</p>')
+    for title, header, rows in _sections(s):
+        if rows:
+            body += [f"<h2>{esc(title)}</h2>", _html_table(header, rows)]
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="referrer" content="no-referrer">\n'
+        f"<title>crashlens fleet summary: {esc(_headline(s))}</title>\n"
+        f"<style>{STYLE}</style>\n</head>\n<body>\n<main>\n"
+        + "\n".join(part for part in body if part)
+        + "\n</main>\n</body>\n</html>\n"
+    )

@@ -1,0 +1,283 @@
+"""The fleet table on disk: a directory of Parquet part files, appended to atomically.
+
+Layout of ``fleet.parquet/`` (documented in docs/fleet.md, versioned by
+:data:`FLEET_SCHEMA_VERSION`)::
+
+    _fleet.json                         {"fleet_schema_version": 1}
+    jobs/part-000001-<id>.parquet       one row per job analysed in that batch
+    evidence/part-000001-<id>.parquet   the evidence rows of those jobs
+
+A batch is committed by renaming its jobs part into place, after its evidence part: a part is
+written under a dot-name first (readers skip those) and ``os.replace``d, so a killed run leaves
+whole batches only, and an evidence part without its jobs part is ignored. Rows are never
+rewritten: a job analysed again (changed, ``--force``, an error retried) gets a newer row, and
+readers take each job's row from its latest batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crashlens.errors import CrashlensError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+FLEET_SCHEMA_VERSION = 1
+MARKER = "_fleet.json"
+_PART = re.compile(r"^part-(\d{6})-([0-9a-f]{12})\.parquet$")
+
+#: (column, Arrow type name, nullable): the jobs table, in order.
+JOB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", "string"),
+    ("path", "string"),
+    ("status", "string"),
+    ("cause_class", "string"),
+    ("rule", "string"),
+    ("title", "string"),
+    ("kind", "string"),
+    ("confidence", "float64"),
+    ("severity", "string"),
+    ("verdict", "string"),
+    ("first_rank", "int64"),
+    ("first_host", "string"),
+    ("first_time", "timestamp"),
+    ("n_ranks", "int64"),
+    ("n_files", "int64"),
+    ("bytes", "int64"),
+    ("n_causes", "int64"),
+    ("symptoms", "string"),
+    ("torch", "string"),
+    ("cuda", "string"),
+    ("nccl", "string"),
+    ("driver", "string"),
+    ("gpu", "string"),
+    ("environment", "string"),
+    ("submitted_at", "timestamp"),
+    ("user", "string"),
+    ("queue", "string"),
+    ("last_modified", "timestamp"),
+    ("fingerprint", "string"),
+    ("analysis_seconds", "float64"),
+    ("crashlens_version", "string"),
+    ("rules_hash", "string"),
+    ("error", "string"),
+    ("batch", "int64"),
+    ("schema_version", "int32"),
+)
+EVIDENCE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", "string"),
+    ("position", "int64"),
+    ("rule", "string"),
+    ("cause_class", "string"),
+    ("file", "string"),
+    ("line", "int64"),
+    ("rank", "int64"),
+    ("host", "string"),
+    ("time", "timestamp"),
+    ("text", "string"),
+    ("batch", "int64"),
+)
+#: Columns that depend on where and when a job was read, not on what its logs say.
+RUN_COLUMNS = frozenset({"path", "fingerprint", "last_modified", "analysis_seconds", "batch"})
+
+
+def arrow_schema(columns: Iterable[tuple[str, str]]) -> pa.Schema:
+    """The Arrow schema of a table described by ``(name, type)`` pairs."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "float64": pa.float64(),
+        "int64": pa.int64(),
+        "int32": pa.int32(),
+        "timestamp": pa.timestamp("us"),
+    }
+    fields = [pa.field(name, types[kind]) for name, kind in columns]
+    meta = {b"crashlens_fleet_schema_version": str(FLEET_SCHEMA_VERSION).encode()}
+    return pa.schema(fields, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the table already says about a job (for incremental runs)."""
+
+    fingerprint: str
+    status: str
+    rules_hash: str
+
+
+class FleetTable:
+    """A fleet table directory (created on the first write)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise CrashlensError(f"{self.path}: exists and is not a fleet table directory")
+        if self.path.is_dir() and any(self.path.iterdir()):
+            marker = self.path / MARKER
+            if not marker.is_file():
+                raise CrashlensError(
+                    f"{self.path}: a non-empty directory that is not a fleet table "
+                    f"(no {MARKER}); refusing to write into it"
+                )
+            try:
+                version = json.loads(marker.read_text())["fleet_schema_version"]
+            except (OSError, ValueError, KeyError, TypeError):
+                raise CrashlensError(f"{marker}: unreadable fleet table marker") from None
+            if version != FLEET_SCHEMA_VERSION:
+                raise CrashlensError(
+                    f"{self.path}: fleet schema version {version}, this crashlens writes "
+                    f"{FLEET_SCHEMA_VERSION}; write to a new table"
+                )
+
+    # -- parts ------------------------------------------------------------------------------
+    def _parts(self, table: str) -> list[tuple[int, str, Path]]:
+        folder = self.path / table
+        if not folder.is_dir():
+            return []
+        out = []
+        for entry in folder.iterdir():
+            m = _PART.match(entry.name)
+            if m:
+                out.append((int(m.group(1)), m.group(2), entry))
+        return sorted(out)
+
+    def committed(self) -> list[tuple[int, str, Path]]:
+        """The committed batches: ``(batch, id, jobs part)``, oldest first."""
+        return self._parts("jobs")
+
+    def next_batch(self) -> int:
+        """The number the next batch gets."""
+        parts = self.committed()
+        return parts[-1][0] + 1 if parts else 1
+
+    def write_batch(
+        self, batch: int, rows: list[dict[str, Any]], evidence: list[dict[str, Any]]
+    ) -> None:
+        """Commit one batch: evidence first, then the jobs part (the commit point)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not rows:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        marker = self.path / MARKER
+        if not marker.exists():
+            _atomic_text(marker, json.dumps({"fleet_schema_version": FLEET_SCHEMA_VERSION}))
+        part = f"part-{batch:06d}-{uuid.uuid4().hex[:12]}.parquet"
+        for table, columns, data in (
+            ("evidence", EVIDENCE_COLUMNS, evidence),
+            ("jobs", JOB_COLUMNS, rows),
+        ):
+            folder = self.path / table
+            folder.mkdir(exist_ok=True)
+            stamped = [{**r, "batch": batch, "schema_version": FLEET_SCHEMA_VERSION} for r in data]
+            arrow = pa.Table.from_pylist(stamped, schema=arrow_schema(columns))
+            tmp = folder / f".{part}.tmp"
+            pq.write_table(arrow, tmp, compression="zstd")
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, folder / part)
+        _fsync_dir(self.path / "jobs")
+
+    # -- reading ----------------------------------------------------------------------------
+    def known(self) -> dict[str, Known]:
+        """Each job's latest fingerprint, status and rules hash."""
+        jobs = self.read_jobs(columns=["job_id", "fingerprint", "status", "rules_hash"])
+        return {
+            str(r.job_id): Known(str(r.fingerprint), str(r.status), str(r.rules_hash))
+            for r in jobs.itertuples(index=False)
+        }
+
+    def read_jobs(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The jobs table: each job's latest row, sorted by job id."""
+        wanted = None if columns is None else list(dict.fromkeys([*columns, "batch"]))
+        frame = _latest(self._read("jobs", JOB_COLUMNS, wanted), ("job_id",))
+        return frame if columns is None else frame[columns]
+
+    def read_evidence(self) -> pd.DataFrame:
+        """The evidence rows of each job's latest analysis."""
+        import pandas as pd
+
+        latest = self._read("jobs", JOB_COLUMNS, ["job_id", "batch"])
+        latest = _latest(latest, ("job_id",))
+        evidence = self._read("evidence", EVIDENCE_COLUMNS, None)
+        if evidence.empty:
+            return evidence
+        merged = evidence.merge(latest[["job_id", "batch"]], on=["job_id", "batch"])
+        merged = merged.sort_values(["job_id", "position"], kind="stable")  # report order within
+        return pd.DataFrame(merged.reset_index(drop=True))
+
+    def _read(
+        self, table: str, columns: tuple[tuple[str, str], ...], wanted: list[str] | None
+    ) -> pd.DataFrame:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = arrow_schema(columns)
+        committed = {b for b, _, _ in self.committed()}
+        parts = [p for b, _, p in self._parts(table) if b in committed]
+        if wanted is not None:
+            schema = pa.schema([schema.field(c) for c in wanted])
+        if not parts:
+            return to_frame(schema.empty_table())
+        tables = [pq.read_table(p, columns=wanted) for p in parts]
+        return to_frame(pa.concat_tables([t.cast(schema) for t in tables]))
+
+
+def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows of this run, without a table directory: the same columns and types."""
+    import pyarrow as pa
+
+    stamped = [{**r, "batch": 0, "schema_version": FLEET_SCHEMA_VERSION} for r in rows]
+    frame = to_frame(pa.Table.from_pylist(stamped, schema=arrow_schema(JOB_COLUMNS)))
+    return _latest(frame, ("job_id",))
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as pandas, integer columns nullable (``Int64``), not float."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+    frame: pd.DataFrame = table.to_pandas(types_mapper=mapping.get)
+    return frame
+
+
+def _latest(frame: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
+    if frame.empty or "batch" not in frame.columns:
+        out = frame.sort_values(list(keys), kind="stable") if not frame.empty else frame
+        return pd.DataFrame(out.reset_index(drop=True))
+    ordered = frame.sort_values([*keys, "batch"], kind="stable")
+    last = ordered.drop_duplicates(subset=list(keys), keep="last")
+    return pd.DataFrame(last.reset_index(drop=True))
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,325 @@
+"""Analysing one job inside a worker: read its files, run the analyzer, make its table rows.
+
+A worker holds one :class:`WorkerContext` (the rules, already loaded and configured, and how to
+reach the object store), set once when the worker starts (the local pool's initializer, or the
+first task a Ray worker runs). Each job gets its own :class:`~crashlens.session.Session` from
+those rules, so nothing is reloaded or recompiled per job. A job on the local file system is
+read in place; a job in object storage is downloaded by the worker itself into a temporary
+directory that is removed afterwards. Inputs are never written to.
+
+Every failure of one job (unreadable, a listing error, a bug) becomes that job's ``error`` row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from crashlens._version import __version__
+from crashlens.errors import CrashlensError, NoInputError
+from crashlens.fleet.jobs import Job, filesystem
+from crashlens.ingest.discover import Candidate, discover
+from crashlens.report import Report
+from crashlens.rulebase import RuleSet
+from crashlens.session import SequentialRunner, Session
+
+#: Environment facts that get their own column (fact key -> column).
+ENV_COLUMNS: dict[str, str] = {
+    "torch": "torch",
+    "cuda": "cuda",
+    "nccl": "nccl",
+    "driver": "driver",
+    "gpu_model": "gpu",
+}
+MAX_ERROR = 500
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """What every worker needs, the same for all jobs of a run."""
+
+    rules: RuleSet
+    rules_hash: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """One job's row for the jobs table and its evidence rows (plain values, no Arrow)."""
+
+    row: dict[str, Any]
+    evidence: list[dict[str, Any]]
+    worker_pid: int = 0
+
+
+def rules_hash(rules: RuleSet) -> str:
+    """A digest of the rule base a run used: each rule's id and its source file's contents."""
+    digest = hashlib.sha256()
+    sources: dict[str, bytes] = {}
+    for rule in sorted(rules.rules, key=lambda r: r.id):
+        digest.update(f"{rule.id}\0{rule.cls}\0{rule.severity}\0".encode())
+        if rule.path and rule.path not in sources:
+            try:
+                sources[rule.path] = Path(rule.path).read_bytes()
+            except OSError:
+                sources[rule.path] = rule.path.encode()
+    for path in sorted(sources):
+        digest.update(hashlib.sha256(sources[path]).digest())
+    return digest.hexdigest()[:16]
+
+
+def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
+    """The job's rows; never raises for a problem with the job itself."""
+    start = time.perf_counter()
+    try:
+        if job.listing_error:
+            raise CrashlensError(job.listing_error)
+        with _LocalCopy(job, ctx) as root:
+            session = Session(ctx.rules, runner=SequentialRunner())
+            candidates = _candidates(root)
+            for read in session.runner.read(session, candidates, None):
+                session.add(read)
+            try:
+                report = session.finish()
+            except NoInputError as exc:
+                if _only_non_logs(session):
+                    return _outcome(job, ctx, "empty", None, start)
+                raise CrashlensError(str(exc)) from None
+        return _outcome(job, ctx, "analysed", report, start)
+    except Exception as exc:  # one job's failure is its row, never the run's
+        return _outcome(job, ctx, "error", None, start, error=_reason(exc))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, CrashlensError):
+        text = str(exc)
+    elif isinstance(exc, OSError):
+        text = f"cannot read: {exc.strerror or exc}" + (
+            f" ({exc.filename})" if exc.filename else ""
+        )
+    else:
+        text = f"internal error ({type(exc).__name__}: {exc})"
+    text = " ".join(text.split())
+    return text[:MAX_ERROR]
+
+
+def _only_non_logs(session: Session) -> bool:
+    """No input at all, or only files discover leaves out as not logs."""
+    return all((f.skipped or "").startswith("not a log") for f in session.inputs)
+
+
+class _LocalCopy:
+    """The job's directory on this machine: the job itself if local, else a downloaded copy."""
+
+    def __init__(self, job: Job, ctx: WorkerContext) -> None:
+        self.job = job
+        self.ctx = ctx
+        self.tmp: str | None = None
+
+    def __enter__(self) -> Path:
+        if self.job.local:
+            root = Path(self.job.path)
+            if not root.is_dir():
+                raise CrashlensError(f"{self.job.path}: not a directory (or not found)")
+            return root
+        self.tmp = tempfile.mkdtemp(prefix="crashlens-fleet-")
+        root = Path(self.tmp)
+        fs, base = filesystem(self.job.path, self.ctx.storage_options)
+        base = base.rstrip("/")
+        remote, local = [], []
+        for f in self.job.files:
+            rel = PurePosixPath(f.rel)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+                continue  # an object name that would escape the job directory
+            target = root.joinpath(*rel.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            remote.append(f"{base}/{f.rel}")
+            local.append(str(target))
+        if remote:
+            fs.get(remote, local)
+        for f in self.job.files:
+            target = root.joinpath(*PurePosixPath(f.rel).parts)
+            if f.mtime is not None and target.is_file():
+                os.utime(target, (f.mtime, f.mtime))  # year-less timestamps take the file's year
+        return root
+
+    def __exit__(self, *_: object) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _candidates(root: Path) -> list[Candidate]:
+    """The job's files, shown by their path relative to the job directory."""
+    shown = str(root)
+    out = []
+    for cand in discover([root]):
+        display = cand.display
+        if display.startswith(shown.rstrip("/") + "/"):
+            display = display[len(shown.rstrip("/")) + 1 :]
+        out.append(Candidate(cand.path, display, cand.skipped))
+    return out
+
+
+def when(t: float | None) -> dt.datetime | None:
+    """A report time (POSIX seconds, UTC where the log said so) as a naive datetime."""
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None)
+
+
+def _outcome(
+    job: Job,
+    ctx: WorkerContext,
+    status: str,
+    report: Report | None,
+    start: float,
+    *,
+    error: str | None = None,
+) -> JobOutcome:
+    row = base_row(job, ctx, status, error=error)
+    evidence: list[dict[str, Any]] = []
+    if report is not None:
+        row.update(report_columns(report))
+        evidence = list(_evidence(job.job_id, report))
+    row["analysis_seconds"] = time.perf_counter() - start
+    return JobOutcome(row, evidence, os.getpid())
+
+
+def base_row(
+    job: Job, ctx: WorkerContext | None, status: str, *, error: str | None
+) -> dict[str, Any]:
+    """The columns every row has, whatever became of the analysis."""
+    return {
+        "job_id": job.job_id,
+        "path": job.path,
+        "status": status,
+        "cause_class": None,
+        "rule": None,
+        "title": None,
+        "kind": None,
+        "confidence": None,
+        "severity": None,
+        "verdict": None,
+        "first_rank": None,
+        "first_host": None,
+        "first_time": None,
+        "n_ranks": 0,
+        "n_files": 0,
+        "bytes": 0,
+        "n_causes": 0,
+        "symptoms": "{}",
+        **{col: None for col in ENV_COLUMNS.values()},
+        "environment": "{}",
+        "submitted_at": job.submitted_at,
+        "user": job.user,
+        "queue": job.queue,
+        "last_modified": when(job.last_modified),
+        "fingerprint": job.fingerprint,
+        "analysis_seconds": 0.0,
+        "crashlens_version": __version__,
+        "rules_hash": ctx.rules_hash if ctx is not None else "",
+        "error": error,
+    }
+
+
+def report_columns(report: Report) -> dict[str, Any]:
+    """The analysis columns of a job's row, from its report."""
+    files = [f for f in report.inputs if f.skipped is None]
+    env = report.environment
+    out: dict[str, Any] = {
+        "verdict": report.verdict,
+        "n_ranks": len(report.ranks),
+        "n_files": len(files),
+        "bytes": sum(f.bytes for f in files),
+        "n_causes": len(report.causes),
+        "symptoms": json.dumps(symptom_counts(report), sort_keys=True),
+        "environment": json.dumps(env, sort_keys=True, ensure_ascii=False),
+    }
+    for key, col in ENV_COLUMNS.items():
+        out[col] = env.get(key)
+    top = report.primary
+    if top is not None:
+        rule = top.match.rule
+        out.update(
+            cause_class=rule.cls,
+            rule=rule.id,
+            title=rule.title,
+            kind=top.kind,
+            confidence=float(top.confidence),
+            severity=rule.severity,
+        )
+    ff = report.first_failure
+    if ff is not None:
+        out.update(first_rank=ff.rank, first_host=ff.host, first_time=when(ff.time))
+    return out
+
+
+def symptom_counts(report: Report) -> dict[str, int]:
+    """Events per class besides the top cause: what it explains, and the other findings."""
+    counts: Counter[str] = Counter()
+    for i, cause in enumerate(report.causes):
+        if i > 0:
+            counts[cause.match.rule.cls] += len(cause.match.hits)
+        for e in cause.explains:
+            counts[e.cls] += e.count
+    return dict(sorted(counts.items()))
+
+
+def _evidence(job_id: str, report: Report) -> Iterator[dict[str, Any]]:
+    for position, cause in enumerate(report.causes):
+        for ev in cause.evidence:
+            yield {
+                "job_id": job_id,
+                "position": position,
+                "rule": cause.match.rule.id,
+                "cause_class": cause.match.rule.cls,
+                "file": ev.file,
+                "line": ev.line,
+                "rank": ev.rank,
+                "host": ev.host,
+                "time": when(ev.time),
+                "text": ev.text,
+            }
+
+
+def failed_outcome(job: Job, ctx: WorkerContext | None, reason: str) -> JobOutcome:
+    """The error row for a job whose worker never returned (killed, lost)."""
+    return JobOutcome(base_row(job, ctx, "error", error=reason[:MAX_ERROR]), [])
+
+
+# -- one context per worker process ----------------------------------------------------------
+_CONTEXT: dict[str, WorkerContext] = {}
+
+
+def init_worker(ctx: WorkerContext) -> None:
+    """Pool initializer: keep the run's context; compile the rules' matcher once, now."""
+    _CONTEXT.clear()
+    _CONTEXT[ctx.rules_hash] = ctx
+    Session(ctx.rules, runner=SequentialRunner())
+
+
+def worker_analyze(job: Job) -> JobOutcome:
+    """A local pool task: the job, analysed with the context this worker was started with."""
+    return analyze_job(job, next(iter(_CONTEXT.values())))
+
+
+def cached_context(key: str, load: Any) -> WorkerContext:
+    """The context for ``key`` in this process, loading it (``load()``) only the first time."""
+    ctx = _CONTEXT.get(key)
+    if ctx is None:
+        ctx = load()
+        assert isinstance(ctx, WorkerContext)
+        _CONTEXT.clear()
+        _CONTEXT[key] = ctx
+        Session(ctx.rules, runner=SequentialRunner())
+    return ctx
