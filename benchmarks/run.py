@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,15 +100,15 @@ def build(name: str, root: Path) -> Layout:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """Run ``cmd``: wall seconds, peak RSS in MiB of the largest process, stdout."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss // 1024, out.decode("utf-8", "replace")
+    """Run ``cmd``: wall seconds, peak RSS in MiB (GNU time's, when installed), stdout."""
+    gnu_time = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        full = [gnu_time, "-q", "-f", "%M", "-o", rss_file.name, *cmd] if gnu_time else cmd
+        started = time.perf_counter()
+        proc = subprocess.run(full, capture_output=True, env=env, check=False)
+        wall = time.perf_counter() - started
+        rss = int(rss_file.read().strip() or 0) // 1024 if gnu_time else 0
+    return wall, rss, proc.stdout.decode("utf-8", "replace")
 
 
 def median(
@@ -130,6 +131,11 @@ def main() -> None:
     ap.add_argument("--layouts", default=",".join(ALL))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", action="store_true", help="compare scanner engines on tree512")
+    ap.add_argument(
+        "--differential",
+        default="",
+        help="layouts to also analyse line by line (slow): the report must be the same",
+    )
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
@@ -179,8 +185,35 @@ def main() -> None:
                 env,
             )
             print(f"| {engine} | {wall:.2f} | {rss} |", flush=True)
+    for name in filter(None, args.differential.split(",")):
+        layout = build(name, args.dir)
+        same, seconds = differential(layout.path)
+        print(f"\nfast path vs line by line on {name}: {'same report' if same else 'DIFFERENT'}"
+              f" ({seconds[0]:.1f} s vs {seconds[1]:.1f} s)")  # fmt: skip
+        if not same:
+            failures.append(f"{name} (fast != line by line)")
     if failures:
         sys.exit(f"diagnosis differs from the buried OOM on: {', '.join(failures)}")
+
+
+def differential(path: Path) -> tuple[bool, tuple[float, float]]:
+    """Whether the fast path and the line-by-line path give the same causes, evidence, first
+    failure and per-rank lines on ``path``; and their seconds."""
+    from crashlens import analyze
+
+    out, seconds = [], []
+    for fast in (True, False):
+        started = time.perf_counter()
+        data = analyze([path], fast=fast).to_dict()
+        seconds.append(time.perf_counter() - started)
+        out.append(
+            (
+                [(c["rule"], c["confidence"], c["ranks"], c["evidence"]) for c in data["causes"]],
+                data["first_failure"],
+                [(r["rank"], r["lines"], r["first_time"], r["last_time"]) for r in data["ranks"]],
+            )
+        )
+    return out[0] == out[1], (seconds[0], seconds[1])
 
 
 def _files(path: Path) -> list[Path]:

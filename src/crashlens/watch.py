@@ -10,10 +10,10 @@ conditions (:func:`crashlens.match.match`) over the hits found so far.
 Appended data takes the same fast path as ``analyze`` (:func:`crashlens.parse.parse_binary`):
 one multi-literal scan (:class:`~crashlens.parse.scan.TriggerScanner`) over each block of whole
 lines finds the lines a rule, a traceback or a launcher summary needs; the parser sees those,
-and the quiet lines between them are only counted (:meth:`FileParser.skip`). A file's first
-:data:`~crashlens.parse.SNIFF_LINES` lines are fed line by line while they are sampled; then the
-file stays on the line-by-line path if ``parse_binary`` would keep it there (several writers
-interleaved in it, a kernel log, a rule set with a detector that must see every line).
+and the quiet lines between them are only counted (:mod:`crashlens.parse.fast`). A file's
+first :data:`~crashlens.parse.SNIFF_LINES` lines are fed line by line while they are sampled;
+then the file stays on the line-by-line path if ``parse_binary`` would keep it there (a kernel
+log, a rule set with a detector that must see every line).
 
 Memory is bounded by the parsers' own caps plus, per file, one partial line and the first
 :data:`~crashlens.parse.SNIFF_LINES` lines while the prefix style and the path are decided.

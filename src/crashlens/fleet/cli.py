@@ -143,6 +143,14 @@ def run_command(
     if inside is not None:
         _fail(f"the table {output} would be written inside the input {inside}; choose another -o")
     opts = parse_options(storage_option or [])
+    live = not quiet and sys.stderr.isatty()
+
+    def show(done: int, total: int, _: object) -> None:
+        if live and (done == total or done % 25 == 0):
+            end = "\n" if done == total else ""
+            typer.echo(f"\rcrashlens triage: {done}/{total} job(s)", err=True, nl=False)
+            typer.echo(end, err=True, nl=False)
+
     try:
         result = run_triage(
             roots,
@@ -156,6 +164,7 @@ def run_command(
             rules=list(rules or []),
             storage_options=opts,
             commit_every=commit_every,
+            progress=show,
         )
     except FleetExtraMissingError as exc:
         typer.echo(str(exc), err=True)

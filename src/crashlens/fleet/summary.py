@@ -95,6 +95,21 @@ def _rows(con: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+def _top(con: Any, key: str, value: str, where: str, params: Sequence[Any]) -> dict[Any, Any]:
+    """Per ``key``, its most frequent non-null ``value`` (ties: the smallest value)."""
+    rows = _rows(
+        con,
+        f"""SELECT {key} AS k, {value} AS v, count(*) AS n FROM jobs {where}
+            GROUP BY k, v ORDER BY k, n DESC, v""",
+        params,
+    )
+    out: dict[Any, Any] = {}
+    for r in rows:
+        if r["v"] is not None and r["k"] not in out:
+            out[r["k"]] = r["v"]
+    return out
+
+
 def summarize(
     table: str | Path,
     *,
@@ -128,13 +143,14 @@ def summarize(
     n = max(1, int(total["jobs"]))
     causes = _rows(
         con,
-        f"""SELECT cause, count(*) AS jobs, mode(rule) AS top_rule,
-                   count(DISTINCT first_host) AS hosts
+        f"""SELECT cause, count(*) AS jobs, count(DISTINCT first_host) AS hosts
             FROM jobs {where} GROUP BY cause ORDER BY jobs DESC, cause""",
         params,
     )
+    top_rules = _top(con, "cause", "rule", where, params)
     for c in causes:
         c["share"] = round(c["jobs"] / n, 4)
+        c["top_rule"] = top_rules.get(c["cause"])
     fail = f"{where} {'AND' if where else 'WHERE'} cause_class IS NOT NULL"
     weeks = _rows(
         con,
@@ -167,23 +183,28 @@ def summarize(
         )
     key = {"cause": "cause", "host": "coalesce(first_host, '(unknown)')", "rule": "rule"}
     if by == "week":
+        week = "coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')"
         groups = _rows(
             con,
-            f"""SELECT coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')
-                       AS "key", count(*) AS jobs, count(cause_class) AS failed,
-                       mode(cause_class) AS top_cause
+            f"""SELECT {week} AS "key", count(*) AS jobs, count(cause_class) AS failed
                 FROM jobs {where} GROUP BY "key" ORDER BY "key" """,
             params,
         )
+        tops = _top(con, week, "cause_class", fail, params)
     elif by == "cause":
         groups = [{"key": c["cause"], "jobs": c["jobs"], "top_rule": c["top_rule"]} for c in causes]
+        tops = {}
     else:
         groups = _rows(
             con,
-            f"""SELECT {key[by]} AS "key", count(*) AS jobs, mode(cause_class) AS top_cause
+            f"""SELECT {key[by]} AS "key", count(*) AS jobs
                 FROM jobs {fail} GROUP BY "key" ORDER BY jobs DESC, "key" """,
             params,
         )
+        tops = _top(con, key[by], "cause_class", fail, params)
+    for g in groups:
+        if by != "cause":
+            g["top_cause"] = tops.get(g["key"])
     errors = _rows(
         con,
         f"""SELECT job_id, error FROM jobs {where} {"AND" if where else "WHERE"}
@@ -249,7 +270,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
         for g in s["groups"]
     ]
     sections = [
-        (f"Jobs by {by}", group_cols, group_rows),
+        (f"Jobs by {by}", group_cols, group_rows if by != "cause" else []),
         (
             "Causes",
             ["cause", "jobs", "share", "top rule", "hosts"],

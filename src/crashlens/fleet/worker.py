@@ -133,7 +133,13 @@ class _LocalCopy:
                 raise CrashlensError(f"{self.job.path}: not a directory (or not found)")
             return root
         self.tmp = tempfile.mkdtemp(prefix="crashlens-fleet-")
-        root = Path(self.tmp)
+        try:
+            return self._download(Path(self.tmp))
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _download(self, root: Path) -> Path:
         fs, base = filesystem(self.job.path, self.ctx.storage_options)
         base = base.rstrip("/")
         remote, local = [], []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from crashlens.parse.scan import TriggerScanner
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
 #: Per-pattern regex time limit (seconds): a catastrophic user regex cannot hang a run.
@@ -26,20 +27,26 @@ class LineMatcher:
             for lit in det.literals:
                 key = lit.lower() if det.ignore_case else lit
                 index.setdefault(key, []).append((rule, det))
-        # The prefilter is pure literals, so the stdlib engine (faster on literal alternations,
-        # and linear for them) runs it; detectors run on the `regex` engine with a time limit.
-        parts = [re.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
-        parts += [
-            f"(?i:{re.escape(lit)})" for lit in sorted(self.by_literal_ci, key=len, reverse=True)
-        ]
-        self.prefilter = re.compile("|".join(parts)) if parts else None
+        # The prefilter is pure literals: the fast path's multi-literal engine runs it on the
+        # line's bytes; a case-insensitive literal that is not ASCII needs Unicode case
+        # folding, which only the stdlib engine on text does. Detectors run on the `regex`
+        # engine with a time limit.
+        self.prefilter: TriggerScanner | None = None
+        self.prefilter_text: re.Pattern[str] | None = None
+        if all(lit.isascii() for lit in self.by_literal_ci):
+            if self.by_literal or self.by_literal_ci:
+                self.prefilter = TriggerScanner(self.by_literal, self.by_literal_ci)
+        else:
+            parts = [re.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
+            parts += [f"(?i:{re.escape(lit)})" for lit in sorted(self.by_literal_ci)]
+            self.prefilter_text = re.compile("|".join(parts))
         self.timeouts: dict[str, int] = {}
         self.disabled: set[int] = set()
 
     def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:
         """Every (rule, detector, match) for ``text`` from a source of ``kind``."""
         candidates: list[tuple[Rule, Detector]] = list(self.always)
-        if self.prefilter is not None and self.prefilter.search(text) is not None:
+        if self._may_match(text):
             seen: set[int] = set()
             for lit, dets in self.by_literal.items():
                 if lit in text:
@@ -59,6 +66,12 @@ class LineMatcher:
             if found is not None:
                 out.append((rule, det, found))
         return out
+
+    def _may_match(self, text: str) -> bool:
+        """Whether ``text`` holds any detector's literal (the one-pass prefilter)."""
+        if self.prefilter is not None:
+            return bool(self.prefilter.line_starts(text.encode("utf-8", "surrogatepass")))
+        return self.prefilter_text is not None and self.prefilter_text.search(text) is not None
 
     def search(self, rule: Rule, det: Detector, text: str) -> Any:
         """Run one detector under the time limit; a detector that times out is disabled.
