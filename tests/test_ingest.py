@@ -146,3 +146,16 @@ def test_decompression_bomb_is_capped_and_the_rest_of_the_job_analysed(
     bomb_input = next(f for f in report.inputs if f.path == str(bomb))
     cap_lines = read.BOMB_RATIO * bomb.stat().st_size // len(line)
     assert 0.5 * cap_lines < bomb_input.lines <= cap_lines + 1
+
+
+def test_slow_decompression_is_capped_by_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crashlens.ingest.read as read
+    from crashlens import analyze
+
+    monkeypatch.setattr(read, "MAX_FILE_SECONDS", 0.0)
+    path = tmp_path / "rank_0.log.xz"
+    path.write_bytes(lzma.compress(LOG.encode() * 50_000))
+    report = analyze([path], parallel=False)
+    assert any("decompression stopped after 0 s" in n for n in report.notes), report.notes
