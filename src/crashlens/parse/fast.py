@@ -13,16 +13,30 @@ writer's ring is read (:meth:`FastPath.settle`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import numpy as np
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from crashlens.ingest.prefixes import strip
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.state import RING, Stream
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from crashlens.parse.stream import FileParser
+
+
+class _LazyNumpy:
+    """numpy, imported the first time a block has prefixes (a one-writer job never pays it)."""
+
+    def __getattr__(self, name: str) -> Any:
+        module = importlib.import_module("numpy")
+        globals()["np"] = module
+        return getattr(module, name)
+
+
+if not TYPE_CHECKING:
+    np = _LazyNumpy()
 
 
 class FastPath:
