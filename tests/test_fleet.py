@@ -119,6 +119,26 @@ def test_local_engine_rows_and_evidence_match_each_fixtures_analysis(tmp_path, e
     assert _snapshot(root) == before  # inputs untouched
 
 
+def test_a_worker_compiles_the_rules_once_and_each_job_gets_fresh_state(tmp_path, expected):
+    from crashlens.fleet.jobs import discover_jobs
+    from crashlens.fleet.worker import WorkerContext, analyze_job, rules_hash, session_factory
+    from crashlens.rulebase import load_rules
+
+    pytest.importorskip("fsspec", reason="the fleet extra is not installed")
+    rules = load_rules()
+    ctx = WorkerContext(rules, rules_hash(rules))
+    factory = session_factory(ctx)
+    one, two = factory.session(), factory.session()
+    assert one.matcher is two.matcher is factory.template.matcher
+    assert one.inputs is not two.inputs and one.notes is not two.notes
+    # The same worker analyses different jobs one after the other: each as if alone.
+    root = tmp_path / "jobs"
+    jobs = make_jobs(root, len(FIXTURE_JOBS))
+    rows = [analyze_job(job, ctx).row for job in discover_jobs([str(root)])]
+    assert session_factory(ctx) is factory and factory.template.inputs == []
+    _check_rows(pd.DataFrame(rows).convert_dtypes(), jobs, expected)
+
+
 @needs_fleet
 def test_incremental_rerun_analyses_only_new_and_changed_jobs(tmp_path, expected):
     from crashlens.fleet import run_triage

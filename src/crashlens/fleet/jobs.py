@@ -149,8 +149,26 @@ def _file_of(rel: str, info: Mapping[str, Any]) -> JobFile:
 
 
 def _listing(fs: Any, base: str) -> dict[str, dict[str, Any]]:
+    if protocol_of(fs) in LOCAL_PROTOCOLS:
+        return _local_listing(base)
     found = fs.find(base, detail=True, withdirs=False)
     return {str(k): dict(v) for k, v in found.items() if v.get("type", "file") == "file"}
+
+
+def _local_listing(base: str) -> dict[str, dict[str, Any]]:
+    """Regular files (and links to them) under a local directory: ``os.walk``, one stat each
+    (fsspec's local ``find`` costs ~1 ms per directory more)."""
+    out: dict[str, dict[str, Any]] = {}
+    for dirpath, _, filenames in os.walk(base):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:  # a broken link: the job's analysis reports it
+                out[path] = {"size": 0, "mtime": None, "type": "file"}
+                continue
+            out[path] = {"size": st.st_size, "mtime": st.st_mtime, "type": "file"}
+    return out
 
 
 def list_job_files(fs: Any, base: str) -> tuple[JobFile, ...]:

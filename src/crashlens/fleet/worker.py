@@ -12,6 +12,8 @@ Every failure of one job (unreadable, a listing error, a bug) becomes that job's
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -44,6 +46,10 @@ ENV_COLUMNS: dict[str, str] = {
 MAX_ERROR = 500
 
 
+#: The parts of a Session compiled from its rules (shared by every job of a worker).
+COMPILED = frozenset({"matcher", "scanner"})
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerContext:
     """What every worker needs, the same for all jobs of a run."""
@@ -51,6 +57,41 @@ class WorkerContext:
     rules: RuleSet
     rules_hash: str
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SessionFactory:
+    """Sessions for one job each, sharing one compiled matcher and scanner.
+
+    Compiling the rules (the literal matcher, the fast-path scanner's database) costs far more
+    than analysing a small job, so it happens once, in a template session that never reads
+    anything; each job's session is a copy with its own fresh analysis state (every field that
+    is not a constructor argument, except the compiled ones, copied from the unused template).
+    """
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.template = Session(rules, runner=SequentialRunner())
+        self.state = [
+            f.name for f in dataclasses.fields(Session) if not f.init and f.name not in COMPILED
+        ]
+
+    def session(self) -> Session:
+        """A new session for one job."""
+        session = copy.copy(self.template)
+        for name in self.state:
+            setattr(session, name, copy.copy(getattr(self.template, name)))
+        return session
+
+
+_FACTORIES: dict[int, SessionFactory] = {}
+
+
+def session_factory(ctx: WorkerContext) -> SessionFactory:
+    """This process's session factory for ``ctx``'s rules (built on first use)."""
+    factory = _FACTORIES.get(id(ctx.rules))
+    if factory is None or factory.template.rules is not ctx.rules:
+        _FACTORIES.clear()
+        factory = _FACTORIES[id(ctx.rules)] = SessionFactory(ctx.rules)
+    return factory
 
 
 @dataclass(slots=True)
@@ -85,7 +126,7 @@ def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
         if job.listing_error:
             raise CrashlensError(job.listing_error)
         with _LocalCopy(job, ctx) as root:
-            session = Session(ctx.rules, runner=SequentialRunner())
+            session = session_factory(ctx).session()
             candidates = _candidates(root)
             for read in session.runner.read(session, candidates, None):
                 session.add(read)
@@ -308,10 +349,10 @@ _CONTEXT: dict[str, WorkerContext] = {}
 
 
 def init_worker(ctx: WorkerContext) -> None:
-    """Pool initializer: keep the run's context; compile the rules' matcher once, now."""
+    """Pool initializer: keep the run's context; compile the rules once, now."""
     _CONTEXT.clear()
     _CONTEXT[ctx.rules_hash] = ctx
-    Session(ctx.rules, runner=SequentialRunner())
+    session_factory(ctx)
 
 
 def worker_analyze(job: Job) -> JobOutcome:
@@ -327,5 +368,5 @@ def cached_context(key: str, load: Any) -> WorkerContext:
         assert isinstance(ctx, WorkerContext)
         _CONTEXT.clear()
         _CONTEXT[key] = ctx
-        Session(ctx.rules, runner=SequentialRunner())
+        session_factory(ctx)
     return ctx
