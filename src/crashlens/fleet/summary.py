@@ -21,6 +21,7 @@ from typing import Any
 
 from crashlens.errors import CrashlensError
 from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER
+from crashlens.render.html import page
 
 FORMATS = ("text", "markdown", "json", "html")
 GROUPINGS = ("cause", "host", "rule", "week")
@@ -347,10 +348,6 @@ def _markdown(s: dict[str, Any]) -> str:
 
 # --- HTML --------------------------------------------------------------------------------------
 
-CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-    "base-uri 'none'; form-action 'none'"
-)
 PALETTE = (
     "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -479,14 +476,5 @@ def _html(s: dict[str, Any]) -> str:
     for title, header, rows in _sections(s):
         if rows:
             body += [f"<h2>{esc(title)}</h2>", _html_table(header, rows)]
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        '<meta name="referrer" content="no-referrer">\n'
-        f"<title>crashlens fleet summary: {esc(_headline(s))}</title>\n"
-        f"<style>{STYLE}</style>\n</head>\n<body>\n<main>\n"
-        + "\n".join(part for part in body if part)
-        + "\n</main>\n</body>\n</html>\n"
-    )
+    body_html = "\n".join(part for part in body if part)
+    return page(f"crashlens fleet summary: {_headline(s)}", body_html, STYLE)

@@ -72,14 +72,20 @@ def render(report: Report, *, title: str | None = None, **_: Any) -> str:
         )
         if part
     )
+    return page(f"{page_title}: {report.verdict}", body, STYLE)
+
+
+def page(title: str, body: str, style: str) -> str:
+    """A self-contained HTML page: no script, nothing fetched (the CSP says so), the title
+    escaped; ``body`` is HTML the caller escaped."""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="referrer" content="no-referrer">\n'
-        f"<title>{esc(page_title)}: {esc(report.verdict)}</title>\n"
-        f"<style>{STYLE}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+        f"<title>{esc(title)}</title>\n"
+        f"<style>{style}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
     )
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from crashlens.errors import CrashlensError
 from crashlens.model import iso, plural
 from crashlens.render.remedy import to_mrkdwn
-from crashlens.render.text import clean, on_ranks
+from crashlens.render.text import clean, cut_words, on_ranks
 
 if TYPE_CHECKING:
     from crashlens.report import Report
@@ -54,15 +54,6 @@ def truncate(text: str, limit: int) -> str:
 def remediation(markdown: str) -> str:
     """The remediation in mrkdwn: numbered lines, code spans, links only to http(s) URLs."""
     return to_mrkdwn(clean(markdown), slack_escape)
-
-
-def cut_words(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters at a word boundary, with an ellipsis."""
-    if len(text) <= limit:
-        return text
-    head = text[:limit]
-    space = head.rfind(" ")
-    return (head[:space] if space > limit // 2 else head).rstrip() + " …"
 
 
 def _code(lines: list[str], limit: int) -> str:
