@@ -193,11 +193,6 @@ class FileParser:
         stream.assembler.done.clear()
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
-    def wants_lines(self) -> bool:
-        """Whether open state of any writer (a traceback, a summary, a pending time) needs
-        the next lines."""
-        return self.lines == 0 or any(s.wants_lines() for s in self.streams.values())
-
     def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
         """Feed the line of ``block`` starting at ``pos``; return the next position and its
         line number."""
