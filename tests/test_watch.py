@@ -95,7 +95,16 @@ def watcher_proc(tmp_path: Path):
     hook_out = tmp_path / "hook.txt"
     env = {**os.environ, "HOOK_OUT": str(hook_out), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-c", APP, "watch", str(logs), "--interval", "0.2", "--on-cause", HOOK]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # Started with SIGINT blocked, as a supervisor or a test runner's threads may leave it:
+        # Ctrl-C must still stop the watch.
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}),
+    )
     out, err = _Reader(proc.stdout), _Reader(proc.stderr)
     out.start()
     err.start()
@@ -146,7 +155,7 @@ def test_alert_fires_once_early_and_hook_gets_env(watcher_proc) -> None:
     assert out.wait_for("too_many_open_files", 5.0) is not None, err.drain()
     time.sleep(0.6)
     proc.send_signal(signal.SIGINT)  # Ctrl-C
-    assert proc.wait(30) == 1  # causes were alerted (hooks get up to 10 s to finish)
+    assert proc.wait(15) == 1  # causes were alerted (hooks get up to 10 s to finish)
     lines = [line for line in out.drain() if line.startswith("crashlens watch:")]
     assert sum("cuda_oom" in line for line in lines) == 1, lines
     assert len(lines) == 3, lines

@@ -221,6 +221,9 @@ def watch_command(
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C and SIGTERM are how a watch ends: a mask inherited from whatever started it (a
+    # supervisor, a test runner's threads) must not block them.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         watcher = Watcher(directory, session, read_cap=None if once else READ_CAP)
         count = follow(
