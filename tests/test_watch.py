@@ -87,6 +87,11 @@ class _Reader(threading.Thread):
                 return [line for _, line in self.seen]
 
 
+def _swallow_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.fixture()
 def watcher_proc(tmp_path: Path):
     """Start `crashlens watch` on tmp_path/logs; always stopped (and reaped) at the end."""
@@ -101,9 +106,9 @@ def watcher_proc(tmp_path: Path):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        # Started with SIGINT blocked, as a supervisor or a test runner's threads may leave it:
-        # Ctrl-C must still stop the watch.
-        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}),
+        # Started with SIGINT blocked and ignored, as a supervisor or a test runner may leave
+        # it: Ctrl-C must still stop the watch.
+        preexec_fn=_swallow_sigint,
     )
     out, err = _Reader(proc.stdout), _Reader(proc.stderr)
     out.start()

@@ -221,9 +221,11 @@ def watch_command(
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
-    # Ctrl-C and SIGTERM are how a watch ends: a mask inherited from whatever started it (a
-    # supervisor, a test runner's threads) must not block them.
+    # Ctrl-C and SIGTERM are how a watch ends: a mask or an "ignore" inherited from whatever
+    # started it (a supervisor, a test runner) must not swallow them.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         watcher = Watcher(directory, session, read_cap=None if once else READ_CAP)
         count = follow(
