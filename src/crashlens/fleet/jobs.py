@@ -349,15 +349,24 @@ def _manifest_records(
     return out
 
 
+def iso_utc(value: str) -> dt.datetime:
+    """An ISO 8601 time (``Z`` or an offset allowed) as a naive UTC datetime.
+
+    Raises:
+        ValueError: when ``value`` is not one.
+    """
+    when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return when
+
+
 def _when(value: str | None, manifest: str, lineno: int) -> dt.datetime | None:
     if value is None or not value.strip():
         return None
     try:
-        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        return iso_utc(value)
     except ValueError:
         raise CrashlensError(
             f"{manifest}:{lineno}: submitted_at '{value}' is not an ISO 8601 time"
         ) from None
-    if when.tzinfo is not None:
-        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return when

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crashlens.errors import CrashlensError
+from crashlens.fleet.jobs import iso_utc
 from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER
 from crashlens.render.html import page
 
@@ -45,14 +46,11 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
     if m:
         return now - dt.timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
     try:
-        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        return iso_utc(value)
     except ValueError:
         raise CrashlensError(
             f"--since '{value}': expected a span like 7d, 12h, 2w or an ISO date"
         ) from None
-    if when.tzinfo is not None:
-        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return when
 
 
 def _sql_str(text: str) -> str:
