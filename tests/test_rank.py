@@ -81,5 +81,5 @@ def test_user_frame_names_the_users_code_in_the_remediation() -> None:
     assert ff.frame.file.endswith("/corrupt_jsonl.py")
     user = analyze([FIXTURES / "repro/user_code_error"]).primary
     assert user is not None and user.user_frame is not None
-    assert f"(at `{user.user_frame}`)" in user.remediation
+    assert f"the last frame of yours on the stack is `{user.user_frame}`" in user.remediation
     assert "innermost user frame" not in user.remediation

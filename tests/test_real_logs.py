@@ -79,7 +79,9 @@ def test_uncaught_exceptions_are_user_code_or_unknown_by_where_they_were_raised(
     assert _classes(library) == ["unknown"]
     user = _report(RULES / "process" / "uncaught-exception" / "near-miss.log")
     assert [c.rule_id for c in user.causes] == ["user-code-error"]
-    assert "ValueError" in user.causes[0].remediation
+    # raised in the user's code, then inside PyYAML called from it: the last one ended it
+    assert "yaml.parser.ParserError" in user.causes[0].remediation
+    assert "train_cfg.py:5 in read_config" in user.causes[0].remediation
 
 
 # -- text as users really have it -----------------------------------------------------------

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from crashlens.provenance import is_user_path, launched_script
+
 if TYPE_CHECKING:
     from crashlens.rulebase.schema import Rule
 
@@ -72,6 +74,10 @@ class Evidence:
     time_inferred: bool
     text: str
     context: tuple[str, ...] = ()
+
+
+#: The exception type given to a traceback the log ends in before its exception line.
+CUT_TRACEBACK = "IncompleteTraceback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,21 +466,46 @@ def iso(t: float | None) -> str | None:
     )
 
 
-#: Paths of Python's and the installed packages' code (as in a frame's ``File "..."``).
-LIBRARY_PATH_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/usr/lib/")
 _EMBEDDED_FRAME = re.compile(
     r'^\s*File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M
 )
 
 
-def is_user_path(path: str) -> bool:
-    """Whether a frame's file is the user's code (not Python's, a library's or a console script
-    of an installed package: a ``bin/`` file without ``.py``); the test ``Frame.user_code``
-    was made with."""
-    if any(marker in path for marker in LIBRARY_PATH_MARKERS):
-        return False
-    head, _, name = path.rpartition("/")
-    return not (head.endswith("/bin") and not name.endswith(".py"))
+def embedded_frames(exc: ExceptionInfo) -> list[Frame]:
+    """The frames of a worker's ``Original Traceback`` that ``exc``'s message carries (a
+    DataLoader worker's exception re-raised by the main process), oldest first.
+
+    The script the main process was launched with is the user's in the worker too.
+    """
+    script = launched_script(exc.frames)
+    return [
+        Frame(m["file"], int(m["line"]), m["func"], m["file"] == script or is_user_path(m["file"]))
+        for m in _EMBEDDED_FRAME.finditer(exc.message)
+    ]
+
+
+Origin = Literal["user", "called", "library", "none", "cut"]
+
+
+def exception_origin(exc: ExceptionInfo) -> Origin:
+    """Where an exception was raised, and whether the user's code led there.
+
+    ``user``: its innermost frame is the user's code; ``called``: it was raised inside Python
+    or a library that the user's code called (a frame of theirs is on the stack); ``library``:
+    no frame of the user's is shown; ``none``: no frame at all; ``cut``: the log ends inside
+    the traceback, so what was raised is not known. A worker's exception re-raised by its
+    parent is judged by the worker's original traceback.
+    """
+    if exc.type == CUT_TRACEBACK:
+        return "cut"
+    frames = embedded_frames(exc) or list(exc.frames)
+    if not frames:
+        return "none"
+    if frames[-1].user_code:
+        return "user"
+    if any(f.user_code for f in frames) or any(f.user_code for f in exc.frames):
+        return "called"
+    return "library"
 
 
 def user_frame(tb: Traceback) -> Frame | None:
@@ -482,14 +513,13 @@ def user_frame(tb: Traceback) -> Frame | None:
 
     A DataLoader worker's exception re-raised by the main process carries the worker's
     ``Original Traceback`` in its message: that stack says where the error was raised, so it
-    is searched first, then the escaping exception's own frames.
+    is searched first, then the escaping exception's own frames. A traceback the log ends in
+    before its exception line blames no one: what it was raising is not known.
     """
     final = tb.final
-    embedded = [
-        Frame(m["file"], int(m["line"]), m["func"], is_user_path(m["file"]))
-        for m in _EMBEDDED_FRAME.finditer(final.message)
-    ]
-    for frames in (embedded, list(final.frames)):
+    if final.type == CUT_TRACEBACK:
+        return None
+    for frames in (embedded_frames(final), list(final.frames)):
         mine = [f for f in frames if f.user_code]
         if mine:
             return mine[-1]
@@ -508,6 +538,12 @@ _EXCEPTION_LINE = re.compile(
 _SUMMARY_FIELD = re.compile(r"^\s*(?P<key>rank|host|exitcode)\s*:\s*(?P<value>\S+)")
 
 
+def exception_text(exc: ExceptionInfo) -> str:
+    """An exception as detectors read it: ``Type: message``. A traceback the log ends in has no
+    type to show: its text says what is known (where the log stops)."""
+    return exc.message if exc.type == CUT_TRACEBACK else f"{exc.type}: {exc.message}"
+
+
 def headline(exc: ExceptionInfo) -> str:
     """An exception in one line: ``KeyError: 'input_ids'`` (the message's first line).
 
@@ -516,6 +552,8 @@ def headline(exc: ExceptionInfo) -> str:
     exception it died of (else its exit code).
     """
     lines = exc.message.splitlines()
+    if exc.type == CUT_TRACEBACK:
+        return lines[0] if lines else ""
     if not lines or not _RULE_LINE.match(lines[0]):
         return f"{exc.type}: {lines[0] if lines else ''}"
     start = next((i for i, x in enumerate(lines) if x.startswith("Root Cause")), None)

@@ -1,4 +1,4 @@
-"""Re-capture the real program runs under tests/captures/ (python tests/captures/make.py).
+"""Re-capture the real program runs under tests/captures/ (python tests/captures/make.py [NAME...]).
 
 Each capture runs a small real program (CPython, tqdm, rich, multiprocessing) and stores its
 console output exactly as written, for the tests of how text looks in users' logs
@@ -71,12 +71,48 @@ if __name__ == "__main__":
     for p in procs:
         p.join()
 """,
+    # A TypeError raised inside the standard library (json's encoder), called from the
+    # user's code: the user's bug, not the library's.
+    "stdlib_typeerror": """
+import json
+def save_metrics(metrics):
+    return json.dumps(metrics)
+print("epoch 1 done", flush=True)
+save_metrics({"loss": 0.31, "seen_ids": {3, 5}})
+""",
+    # A distributed script started with plain python instead of its launcher: the variables
+    # torchrun sets are missing, and the KeyError is raised inside the stdlib's os module.
+    "environ_keyerror": """
+import os
+def setup():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return local_rank
+setup()
+""",
+    # Unbounded recursion through torch.nn.Module.__call__: the innermost frames are torch's.
+    "torch_recursion": """
+import torch
+class Chain(torch.nn.Module):
+    def forward(self, x, depth):
+        return self(x, depth + 1)
+Chain()(torch.zeros(2), 0)
+""",
+    # The job's script installed inside a package directory (a wheel's or an image's
+    # site-packages): the script the process was started with is still the user's.
+    "installed_script": """
+def collate(batch):
+    return [sample["input_ids"] for sample in batch]
+collate([{"text": "hello"}])
+""",
 }
+#: Where a program's script lies under the run directory (default: ``<name>.py``).
+SCRIPT_PATHS = {"installed_script": "venv/lib/python3.11/site-packages/jobs/train.py"}
 
 
 def capture(name: str, source: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / f"{name}.py"
+        script = Path(tmp) / SCRIPT_PATHS.get(name, f"{name}.py")
+        script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(source.lstrip(), encoding="utf-8")
         run = subprocess.run(
             [sys.executable, str(script)],
@@ -96,8 +132,10 @@ def interleaved_enough(text: str) -> bool:
     return any(a.startswith("Traceback") and b.startswith("Traceback") for a, b in pairs)
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     for name, source in PROGRAMS.items():
+        if names and name not in names:
+            continue
         for _ in range(50):  # the interleaving depends on scheduling: keep a run that shows it
             text = capture(name, source)
             if name != "interleaved" or interleaved_enough(text):
@@ -107,4 +145,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

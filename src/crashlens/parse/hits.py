@@ -7,17 +7,16 @@ of a live parser for ``watch``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from typing import Any
 
 import regex
 
-from crashlens.model import Evidence, ExceptionInfo, Hit, Roles, Source
+from crashlens.model import Evidence, Hit, Roles, Source, exception_origin, exception_text
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import MAX_EVIDENCE_TEXT, PendingHit, Stream, stamp_setter
-from crashlens.parse.traceback import PartialTraceback, is_user_code
+from crashlens.parse.traceback import PartialTraceback
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
 CONTEXT = 3
@@ -25,22 +24,10 @@ MAX_HITS_PER_DETECTOR = 20
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
-_EMBEDDED_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+', re.MULTILINE)
 
 #: Per traceback (by ``id``): its id in the report and its verdict for the hits inside it:
 #: fatal (True), survived (False), or not known (None: other tracebacks followed it).
 Verdicts = dict[int, tuple[int, bool | None]]
-
-
-def origin(exc: ExceptionInfo) -> str:
-    """Where an exception was raised: its innermost frame's code (``none``: no frame shown)."""
-    embedded = _EMBEDDED_FRAME.findall(exc.message)
-    if embedded:
-        # A worker's exception re-raised by the parent: the original traceback says where.
-        return "user" if is_user_code(embedded[-1]) else "library"
-    if not exc.frames:
-        return "none"
-    return "user" if exc.frames[-1].user_code else "library"
 
 
 class HitCollector:
@@ -107,16 +94,16 @@ class HitCollector:
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
-            if det.origin is not None and origin(tb.exceptions[-1]) not in det.origin:
+            if det.origin is not None and exception_origin(tb.exceptions[-1]) not in det.origin:
                 continue
             targets: list[tuple[int, str]]
             if det.scope == "traceback":
                 final = tb.exceptions[-1]
                 targets = [(final.lineno, "\n".join(tb.text))]
-                shown = f"{final.type}: {final.message}".split("\n", 1)[0]
+                shown = exception_text(final).split("\n", 1)[0]
             else:
                 # Newest first: the exception that escaped is the one that killed the process.
-                targets = [(e.lineno, f"{e.type}: {e.message}") for e in reversed(tb.exceptions)]
+                targets = [(e.lineno, exception_text(e)) for e in reversed(tb.exceptions)]
                 shown = ""
             for lineno, target in targets:
                 found = self.matcher.search(rule, det, target)

@@ -7,17 +7,17 @@ line belonged to the traceback. A line it does not take is an ordinary log line.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import regex
 
-from crashlens.model import ExceptionInfo, Frame
+from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame
+from crashlens.provenance import is_user_path, launched_script
 
 TB_HEADER = "Traceback (most recent call last):"
-#: The exception type given to a traceback the log ends in before its exception line.
-CUT_TRACEBACK = "IncompleteTraceback"
 _CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
     "During handling of the above exception, another exception occurred:",
@@ -38,7 +38,6 @@ _RECORD_START = regex.compile(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
 )
-_LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/usr/lib/")
 #: Lines a rich, IPython or faulthandler block may take before it is closed regardless.
 MAX_TB_LINES = 2000
 MAX_TEXT_LINES = 400
@@ -50,18 +49,6 @@ FRAMES_HEAD = 20
 MAX_MESSAGE_LINES = 60
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
-
-
-def is_user_code(path: str) -> bool:
-    """Whether a frame's file is the user's code rather than Python's or a library's.
-
-    Console scripts of installed packages (``.../bin/torchrun``, ``/usr/local/bin/accelerate``:
-    a ``bin/`` file without ``.py``) are library code too.
-    """
-    if any(marker in path for marker in _LIB_MARKERS):
-        return False
-    head, _, name = path.rpartition("/")
-    return not (head.endswith("/bin") and not name.endswith(".py"))
 
 
 def looks_like_progress(text: str) -> bool:
@@ -153,7 +140,25 @@ class PartialTraceback:
 def _frame(m: regex.Match[str]) -> Frame:
     """A frame from a ``File "...", line N, in f`` match."""
     path = m["file"]
-    return Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_code(path))
+    return Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_path(path))
+
+
+def _own_script(tb: PartialTraceback) -> None:
+    """Mark the frames of the script the process was launched with as the user's code, where
+    ever it lives (a job's ``train.py`` copied into ``site-packages`` is still the user's)."""
+    script = next(filter(None, (launched_script(e.frames) for e in reversed(tb.exceptions))), None)
+    if script is None:
+        return
+    tb.exceptions = [
+        dataclasses.replace(e, frames=tuple(_as_user(f, script) for f in e.frames))
+        for e in tb.exceptions
+    ]
+
+
+def _as_user(frame: Frame, script: str) -> Frame:
+    if frame.user_code or frame.file != script:
+        return frame
+    return dataclasses.replace(frame, user_code=True)
 
 
 def _exception_like(text: str) -> bool:
@@ -252,8 +257,12 @@ class TracebackAssembler:
         if tb is None:
             return
         if self.state is State.FRAMES and tb.exc_type is None and tb.frames:
+            last = tb.frames[-1]
             tb.exc_type = CUT_TRACEBACK
-            tb.exc_message = ["(the log ends inside this traceback, before its exception line)"]
+            tb.exc_message = [
+                f"the log ends inside a traceback, before its exception line "
+                f"(last frame shown: {last})"
+            ]
             tb.exc_line = tb.start_line
         self._finish()
 
@@ -307,6 +316,7 @@ class TracebackAssembler:
         assert tb is not None
         tb.end_exception()
         if tb.exceptions:
+            _own_script(tb)
             self.done.append(tb)
         for exc in tb.twin_exceptions:
             twin = PartialTraceback(start_line=tb.start_line, text=list(tb.text))
@@ -414,7 +424,7 @@ class TracebackAssembler:
         if text.startswith("│"):
             m = _RICH_FRAME.match(text)
             if m:
-                tb.add_frame(Frame(m["file"], int(m["line"]), m["func"], is_user_code(m["file"])))
+                tb.add_frame(Frame(m["file"], int(m["line"]), m["func"], is_user_path(m["file"])))
             return True
         if text.startswith("╰"):
             self.state = State.FRAMES
@@ -432,7 +442,7 @@ class TracebackAssembler:
         if m:
             path = m["file"] or "<ipython-cell>"
             line = int(m["line"] or m["cline"])
-            tb.add_frame(Frame(path, line, m["func"] or "<cell>", is_user_code(path)))
+            tb.add_frame(Frame(path, line, m["func"] or "<cell>", is_user_path(path)))
         return tb.line_count < MAX_TB_LINES
 
     def _on_fault(self, lineno: int, text: str) -> bool:
@@ -446,6 +456,6 @@ class TracebackAssembler:
         m = _FAULT_FRAME.match(text)
         if m:
             path = m["file"]
-            tb.add_frame(Frame(path, int(m["line"]), m["func"].strip(), is_user_code(path)))
+            tb.add_frame(Frame(path, int(m["line"]), m["func"].strip(), is_user_path(path)))
             return True
         return False

@@ -32,7 +32,7 @@ _RULE_KEYS = {
     "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
-_ORIGINS = {"user", "library", "none"}
+_ORIGINS = {"user", "called", "library", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

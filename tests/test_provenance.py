@@ -1,0 +1,160 @@
+"""Whose code a frame is, by what its path means; and whose bug an exception is, by its stack.
+
+The paths are the ones real tracebacks print (the corpus, the captures); the end-to-end cases
+are real program runs kept under tests/captures/ (``python tests/captures/make.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashlens import analyze
+from crashlens.model import ExceptionInfo, Frame, exception_origin
+from crashlens.provenance import launched_script, provenance
+from crashlens.render import render
+
+CAPTURES = Path(__file__).parent / "captures"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        # installed packages, wherever the environment lives
+        ("/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py", "library"),
+        ("/usr/local/lib/python3.8/dist-packages/transformers/trainer.py", "library"),
+        ("/home/u/.local/lib/python3.9/site-packages/deepspeed/runtime/engine.py", "library"),
+        ("C:\\Users\\u\\venv\\Lib\\site-packages\\torch\\serialization.py", "library"),
+        ("/opt/conda/pkgs/pytorch-2.1.0-py3.10_cuda12.1_cudnn8.9.2_0/lib/x.py", "library"),
+        ("/home/u/.eggs/apex-0.1-py3.8.egg/apex/amp/handle.py", "library"),
+        # a known package's files by a relative path, as some launchers and builds print them
+        ("torch/distributed/distributed_c10d.py", "library"),
+        ("./torch/nn/parallel/distributed.py", "library"),
+        # editable checkouts of a known package
+        ("/home/u/code/transformers/src/transformers/trainer.py", "library"),
+        ("/workspace/DeepSpeed/deepspeed/runtime/zero/stage3.py", "library"),
+        ("/opt/pytorch/torch/utils/data/dataloader.py", "library"),
+        # Cython and native sources
+        ("pyarrow/error.pxi", "library"),
+        ("/home/u/src/tokenizers/bindings.pyx", "library"),
+        # the interpreter's own code
+        ("/usr/lib/python3.11/json/encoder.py", "stdlib"),
+        ("/root/.pyenv/versions/3.11.7/lib/python3.11/zipfile.py", "stdlib"),
+        ("<frozen os>", "stdlib"),
+        ("C:\\Python311\\Lib\\os.py", "stdlib"),
+        # console scripts of installed packages
+        ("/usr/local/bin/torchrun", "library"),
+        # the user's code, including checkouts that merely mention a package in their name
+        ("/home/user/proj/train.py", "user"),
+        ("train.py", "user"),
+        ("/workspace/llm-torch-experiments/train_ddp.py", "user"),
+        ("/home/u/transformers-examples/run_clm.py", "user"),
+        ("/usr/local/bin/train.py", "user"),
+        ("<stdin>", "user"),
+        # code nobody wrote to a file: never "your code"
+        ("<string>", "other"),
+    ],
+)
+def test_provenance_comes_from_what_the_path_means(path: str, expected: str) -> None:
+    assert provenance(path) == expected
+
+
+def _f(path: str, func: str = "f", user: bool | None = None) -> Frame:
+    return Frame(path, 1, func, provenance(path) == "user" if user is None else user)
+
+
+def test_the_launched_script_is_the_outermost_module_frame_not_a_runner() -> None:
+    installed = "/venv/lib/python3.11/site-packages/jobs/train.py"
+    assert launched_script([_f(installed, "<module>"), _f(installed, "main")]) == installed
+    # python -m pkg: runpy started it; a console script: bin/ without .py
+    assert launched_script([_f("<frozen runpy>", "_run_module_as_main")]) is None
+    assert launched_script([_f("/usr/local/bin/torchrun", "<module>")]) is None
+    # python -c: the code on the command line is the user's; multiprocessing's spawn child
+    # runs its own bootstrap from a string
+    assert launched_script([_f("<string>", "<module>")]) == "<string>"
+    spawn = "/usr/lib/python3.11/multiprocessing/spawn.py"
+    assert launched_script([_f("<string>", "<module>"), _f(spawn, "spawn_main")]) is None
+    assert launched_script([_f("/home/user/train.py", "main")]) is None
+
+
+@pytest.mark.parametrize(
+    ("frames", "origin"),
+    [
+        ([_f("/home/u/train.py", "<module>")], "user"),
+        ([_f("/home/u/train.py", "<module>"), _f("/usr/lib/python3.11/json/encoder.py")], "called"),
+        ([_f("/usr/local/bin/torchrun", "<module>"), _f("torch/distributed/run.py")], "library"),
+        ([], "none"),
+    ],
+)
+def test_origin_says_whether_the_users_code_led_to_the_exception(
+    frames: list[Frame], origin: str
+) -> None:
+    assert exception_origin(ExceptionInfo("TypeError", "x", tuple(frames), 1)) == origin
+
+
+@pytest.mark.parametrize(
+    ("capture", "cls", "frame"),
+    [
+        # raised inside the stdlib (json's encoder), called from the user's function
+        (
+            "stdlib_typeerror",
+            "user_code_error",
+            "/home/user/proj/stdlib_typeerror.py:3 in save_metrics",
+        ),
+        # unbounded recursion whose innermost frames are torch.nn.Module's
+        ("torch_recursion", "user_code_error", "/home/user/proj/torch_recursion.py:4 in forward"),
+        # the job's script lives inside site-packages: still the user's
+        (
+            "installed_script",
+            "user_code_error",
+            "/home/user/proj/venv/lib/python3.11/site-packages/jobs/train.py:2 in <listcomp>",
+        ),
+        # a launcher's variable read by a script started with plain python
+        ("environ_keyerror", "env_misconfig", "/home/user/proj/environ_keyerror.py:3 in setup"),
+    ],
+)
+def test_an_exception_the_users_code_led_to_is_theirs(capture: str, cls: str, frame: str) -> None:
+    report = analyze([CAPTURES / f"{capture}.log"])
+    assert report.primary is not None
+    assert report.primary.match.rule.cls == cls
+    assert str(report.primary.user_frame) == frame
+    assert report.first_failure is not None and str(report.first_failure.frame) == frame
+
+
+def test_no_users_frame_on_the_stack_is_unknown_and_blames_no_code(tmp_path: Path) -> None:
+    # python -m zipfile on a text file: runpy and the stdlib only (a real run's output)
+    log = tmp_path / "console.log"
+    text = (Path(__file__).parents[1] / "rules/process/uncaught-exception/positive.log").read_text()
+    log.write_text("\n".join(x for x in text.splitlines() if not x.startswith("#")) + "\n")
+    report = analyze([log])
+    assert report.primary is not None and report.primary.match.rule.cls == "unknown"
+    assert report.primary.user_frame is None
+    assert "in your code" not in render(report, "text", color=False, width=100).lower()
+
+
+def test_a_log_cut_inside_a_traceback_says_so_and_blames_no_code(tmp_path: Path) -> None:
+    # A real run SIGKILLed while printing its traceback.
+    fixture = Path(__file__).parents[1] / "rules/process/traceback-cut-off/positive.log"
+    log = tmp_path / "train.log"
+    log.write_text("".join(x for x in fixture.read_text().splitlines(True) if x[0] != "#"))
+    report = analyze([log])
+    text = render(report, "text", color=False, width=100)
+    assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"
+    assert "the log ends inside a traceback" in text.lower()
+    assert "IncompleteTraceback" not in text
+    assert "in your code" not in text.lower()
+    assert report.primary.user_frame is None
+
+
+def test_a_cause_before_the_cut_wins_over_the_cut(tmp_path: Path) -> None:
+    fixture = Path(__file__).parents[1] / "rules/process/traceback-cut-off/positive.log"
+    cut = "".join(x for x in fixture.read_text().splitlines(True) if x[0] != "#")
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 1.23 GiB is free.\n"
+    )
+    log = tmp_path / "train.log"
+    log.write_text(oom + cut)
+    report = analyze([log])
+    assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
