@@ -22,7 +22,7 @@ from crashlens.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus"
-LOG_SUFFIXES = {".log", ".txt", ".out", ".err"}
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl"}
 
 
 def _accuracy() -> ModuleType:

@@ -220,12 +220,33 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     loose.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
     if first is not None and kept and first.rule_id is None:
         first = _with_rule(first, kept[0])
+    if first is not None and kept and first.kind == "crash":
+        first = _consistent(first, kept[0])
     if first is not None and first.kind == "crash":
         at = Evidence(first.file, first.line, first.rank, first.host, first.time, False, "")
         ids = [h.traceback_id for m in matches for h in m.hits if _same_line(h.evidence, at)]
         frame = _frame_of([(at, next((i for i in ids if i is not None), None))], timeline)
         first = dataclasses.replace(first, frame=frame)
     return kept + loose, first
+
+
+def _consistent(first: FirstFailure, primary: Cause) -> FirstFailure:
+    """The first failure as the primary cause tells it.
+
+    The earliest crash may be a finding the primary cause neither is nor explains (an error
+    another rank survived for seconds, a cause that ranked lower): then the report would name
+    one rank's failure and another rank's cause. The first failure is then the primary cause's
+    own earliest ending.
+    """
+    related = {primary.rule_id, *(e.rule_id for e in primary.explains)}
+    if first.rule_id in related:
+        return first
+    hits = [h for h in primary.match.hits if h.fatal is not False]
+    pick = _earliest(h.evidence for h in hits)
+    if pick is None:
+        return first
+    own = _first(pick, "crash", primary.rule_id)
+    return _with_rank(own, hits) if own.rank is None else own
 
 
 def _lead_first(m: Match) -> list[Hit]:

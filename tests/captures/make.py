@@ -105,6 +105,59 @@ def collate(batch):
 collate([{"text": "hello"}])
 """,
 }
+#: A two-process job, each process logging to its own file (rank0.log, rank1.log): rank 1 logs a
+#: traceback it survives (no retry announced, no step after it), then ends 61 s later; rank 0
+#: dies of an uncaught KeyError 30 s in. Rank 0 failed first, not rank 1's survived error.
+ENDINGS = """
+import logging
+import multiprocessing as mp
+import sys
+import time
+
+def run(rank):
+    log = logging.getLogger(f"rank{rank}")
+    handler = logging.FileHandler(f"rank{rank}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.info("step 1 loss 2.31")
+    if rank == 1:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            log.exception("checkpoint upload failed")
+        time.sleep(61)
+        log.error("giving up: peer rank 0 is gone")
+        sys.exit(1)
+    time.sleep(30)
+    try:
+        batch = {"text": "hello"}
+        batch["input_ids"]
+    except KeyError:
+        log.exception("collate failed")
+        sys.exit(1)
+
+if __name__ == "__main__":
+    procs = [mp.Process(target=run, args=(r,)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+"""
+
+
+def capture_endings(out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "endings.py"
+        script.write_text(ENDINGS.lstrip(), encoding="utf-8")
+        subprocess.run([sys.executable, str(script)], cwd=tmp, check=False)
+        out.mkdir(exist_ok=True)
+        for name in ("rank0.log", "rank1.log"):
+            text = (Path(tmp) / name).read_text(encoding="utf-8")
+            text = text.replace(tmp, "/home/user/proj").replace(sys.base_prefix, "/usr")
+            (out / name).write_text(text, encoding="utf-8")
+
+
 #: Where a program's script lies under the run directory (default: ``<name>.py``).
 SCRIPT_PATHS = {"installed_script": "venv/lib/python3.11/site-packages/jobs/train.py"}
 
@@ -133,6 +186,8 @@ def interleaved_enough(text: str) -> bool:
 
 
 def main(names: list[str]) -> None:
+    if not names or "endings" in names:
+        capture_endings(HERE / "endings")
     for name, source in PROGRAMS.items():
         if names and name not in names:
             continue

@@ -28,6 +28,12 @@ HANDLED_AFTER_LINES = 200
 #: ... or when it goes on logging: this many timestamped lines, spanning this many seconds.
 HANDLED_AFTER_STAMPS = 5
 HANDLED_AFTER_SECONDS = 10.0
+#: ... or when any later line of its writer is stamped this long after it: the process outlived
+#: it (a teardown after a real crash follows within seconds, not a minute).
+HANDLED_AFTER_GAP_S = 60.0
+#: The line before a traceback announcing a retry (``logger.exception("... retrying")``): the
+#: writer caught it and went on. Not "giving up after 3 retries": that one is final.
+RETRY_ANNOUNCED = regex.compile(r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d")
 STEP = regex.compile(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 #: Exceptions a launcher raises to report that a child process failed.
 LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExitedException")
@@ -124,10 +130,18 @@ class DoneTraceback:
     step_before: int | None = None
 
     def handled(self, stream_lines: int) -> bool:
-        """Whether the writer went on working after printing it (so it did not die of it)."""
+        """Whether the writer went on working after printing it (so it did not die of it): it
+        announced a retry right before it, logged a later training step, many more lines, a
+        run of timestamps, or anything a minute or more later."""
         if self.progressed or stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
             return True
-        if len(self.later) < HANDLED_AFTER_STAMPS or self.time is None:
+        if RETRY_ANNOUNCED.search(self.tb.prelude):
+            return True
+        if self.time is None or not self.later:
+            return False
+        if self.later[-1] - self.time >= HANDLED_AFTER_GAP_S:
+            return True
+        if len(self.later) < HANDLED_AFTER_STAMPS:
             return False
         return self.later[-1] - self.time >= HANDLED_AFTER_SECONDS
 

@@ -113,11 +113,16 @@ class FileParser:
         in_tb = stream.assembler.feed(lineno, text)
         current = stream.assembler.current
         if current is not None and current.stamp is None:
+            if stream.ring:
+                current.prelude = stream.ring[-1][1]
             current.stamp = self.clock.time_of(stream, lineno, timed)
             if current.stamp[0] is None:
                 stream.untimed.append(stamp_setter(current))
         if stream.assembler.done:
             self._complete_tracebacks(stream)
+            if not in_tb and stream.watch is not None:
+                # The line that closed the traceback is already the writer going on.
+                stream.watch.observe(stream.lines, text, self.clock.stamp(timed))
         self.collector.on_line(stream, lineno, text, in_tb, timed)
         stream.ring.append((lineno, timed))
 

@@ -11,6 +11,8 @@ import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _TB_GLUE = "Traceback (most recent call last):"
+#: faulthandler's header (a native crash), glued to a bar just as a traceback's can be.
+_FAULT_GLUE = "Fatal Python error: "
 _SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
 #: Launcher prefixes that can sit between glued text and a traceback header.
 _GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
@@ -23,13 +25,16 @@ _GLUED_SIGNAL = re.compile(
 
 
 def glue_point(raw: str) -> int:
-    """Where a traceback header glued to earlier text (a tqdm bar, no newline) begins; 0: none.
+    """Where a traceback (or faulthandler) header glued to earlier text (a tqdm bar, no
+    newline) begins; 0: none.
 
     The header keeps the launcher prefix right before it (``...it/s][rank2]: Traceback``), so
     the traceback lands in its rank's stream. Headers quoted inside a message (DataLoader's
     ``Original Traceback``, torchelastic's ``traceback : Traceback``) are not glued text.
     """
     at = raw.find(_TB_GLUE)
+    if at < 0:
+        at = raw.find(_FAULT_GLUE)
     if at < 0:
         m = _GLUED_SIGNAL.search(raw)
         return m.start() if m else 0
@@ -50,7 +55,7 @@ def strip_ansi(raw: str) -> str:
 
 def split_glued(raw: str) -> tuple[str, ...]:
     """``raw`` as the lines it really is: ``...2.41s/it]Traceback (most ...`` is two."""
-    if _TB_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
+    if _TB_GLUE in raw or _FAULT_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
         cut = glue_point(raw)
         if cut:
             return raw[:cut], raw[cut:]

@@ -84,6 +84,8 @@ class PartialTraceback:
     twin_of: PartialTraceback | None = None
     #: Started at a frame line: the paste lost the ``Traceback ...`` header.
     headerless: bool = False
+    #: The writer's line just before the traceback (``... failed, retrying``), if any.
+    prelude: str = ""
 
     def add_text(self, text: str) -> None:
         self.line_count += 1
@@ -178,14 +180,16 @@ def _bare_exception(text: str) -> bool:
     """Whether an unindented line is an exception's final line standing on its own.
 
     Warnings are not exceptions here, and a plain ``Error: ...`` is too common in ordinary
-    log text to count; a message (or a dotted, module-qualified type) is required.
+    log text to count; a colon (or a dotted, module-qualified type) is required.
     """
     if not text[:1].isalpha() or not any(h in text for h in _BARE_HINTS):
         return False
     m = _EXC_LINE.fullmatch(text)
     if m is None or m["type"] in ("Error", "Exception") or m["type"].endswith("Warning"):
         return False
-    if not (m["msg"] or "." in m["type"]):
+    if m["msg"] is None and "." not in m["type"]:
+        # ``FileNotFoundError: `` with its message on the next lines is one (ultralytics does
+        # that); a bare ``SomeError`` word with no colon is prose.
         return False
     return _exception_word(m["type"].rsplit(".", 1)[-1])
 
@@ -256,13 +260,12 @@ class TracebackAssembler:
         tb = self.current
         if tb is None:
             return
-        if self.state is State.FRAMES and tb.exc_type is None and tb.frames:
-            last = tb.frames[-1]
+        if self.state in (State.FRAMES, State.IPYTHON) and tb.exc_type is None:
+            # Even a bare header (or one cut mid-frame: ``File "train.py", l``) is a process
+            # that stopped while printing its traceback.
+            shown = f" (last frame shown: {tb.frames[-1]})" if tb.frames else ""
             tb.exc_type = CUT_TRACEBACK
-            tb.exc_message = [
-                f"the log ends inside a traceback, before its exception line "
-                f"(last frame shown: {last})"
-            ]
+            tb.exc_message = [f"the log ends inside a traceback, before its exception line{shown}"]
             tb.exc_line = tb.start_line
         self._finish()
 
