@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import FIXTURES
-
 from crashlens import analyze
 
 CAPTURES = Path(__file__).parent / "captures"
