@@ -51,3 +51,19 @@ def test_without_the_retry_line_the_same_traceback_ends_the_process(tmp_path: Pa
     report = analyze([log])
     assert report.first_failure is not None
     assert "ConnectionError" in report.first_failure.text
+
+
+def test_rank_n_in_a_combined_console_gives_that_line_its_rank(tmp_path: Path) -> None:
+    # torchrun's default console: unprefixed lines of several ranks, each watchdog message
+    # prefixed by ProcessGroupNCCL with its rank (format as in fixtures/gpu, see SOURCE.md)
+    line = (
+        "[E1201 10:00:00.{ms}000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 6000{ms} milliseconds before timing out.\n"
+    )
+    log = tmp_path / "console.log"
+    log.write_text("".join(line.format(r=r, ms=100 + r) for r in (3, 2, 0)))
+    report = analyze([log])
+    hits = [h for c in report.causes for h in c.match.hits]
+    assert {h.evidence.rank for h in hits} == {0, 2, 3}
+    assert all(str(h.evidence.rank) in h.evidence.text for h in hits)

@@ -73,3 +73,36 @@ def test_stamped_console_strips_the_tools_timestamp_and_keeps_it() -> None:
 def test_plain_logging_file_is_not_a_stamped_console() -> None:
     head = [f"2024-05-01 03:14:0{i},000 INFO train: step {i}" for i in range(5)]
     assert not sniff_style(head).stamped
+
+
+def test_srun_task_id_is_the_rank_only_when_srun_started_each_rank() -> None:
+    style = PrefixStyle(srun=True)
+    # srun --label python train.py: one task per rank, the task id is the rank
+    _, one = strip("3: Traceback (most recent call last):", style)
+    assert (one.rank, one.local_rank) == (3, None)
+    # srun --label torchrun --tee 3: one task (a launcher) per node, its workers' local ranks
+    # follow; the task id names the node's agent, never a global rank
+    text, per_node = strip("1: [default3]:Traceback (most recent call last):", style)
+    assert text == "Traceback (most recent call last):"
+    assert (per_node.rank, per_node.local_rank, per_node.host) == (None, 3, "srun-task-1")
+    # ... unless the worker's own prefix names its global rank
+    _, named = strip("1: [default3]:[rank11]: KeyError: 'labels'", style)
+    assert (named.rank, named.local_rank) == (11, 3)
+
+
+def test_an_srun_label_before_a_traceback_header_is_not_glued_text() -> None:
+    from crashlens.parse.text import split_glued
+
+    assert split_glued("0: [default3]:[rank3]: Traceback (most recent call last):") == (
+        "0: [default3]:[rank3]: Traceback (most recent call last):",
+    )
+    bar = "train:  60%|######    | 6/10 [00:00<00:00, 9it/s]"
+    assert split_glued(bar + "[rank2]: Traceback (most recent call last):") == (
+        bar,
+        "[rank2]: Traceback (most recent call last):",
+    )
+
+
+def test_nccl_device_index_is_not_a_rank() -> None:
+    origin = nccl_origin("node-01:1234:1250 [3] NCCL INFO cudaDriverVersion 12040")
+    assert origin is not None and origin.rank is None and origin.host == "node-01"

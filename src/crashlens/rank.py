@@ -52,6 +52,7 @@ def remediation(m: Match, environment: dict[str, str], frame: Frame | None = Non
     """The rule's remediation with ``{field}`` placeholders filled from the evidence and facts
     (``{user_frame}``: ``frame``, the innermost frame of the user's code)."""
     values = dict(m.fields)
+    values.update(_derived(values))
     if m.ranks:
         values.setdefault("rank", str(m.ranks[0]))
     if m.hosts:
@@ -61,6 +62,32 @@ def remediation(m: Match, environment: dict[str, str], frame: Frame | None = Non
     for key, value in facts_mod.placeholder_values(environment).items():
         values.setdefault(key, value)
     return fill(m.rule.remediation, values)
+
+
+def _derived(values: dict[str, str]) -> dict[str, str]:
+    """Values computed from the evidence's: a logged timeout in words (``{timeout}``: "30
+    minutes" from ``timeout_ms`` 1800000) and twice it (``{double_timeout}``,
+    ``{double_timeout_min}``), so advice about a timeout starts from the one the job had."""
+    out: dict[str, str] = {}
+    raw = values.get("timeout_ms", "")
+    if raw.isdigit() and int(raw) > 0:
+        ms = int(raw)
+        out["timeout"] = _duration(ms)
+        out["double_timeout"] = _duration(2 * ms)
+        out["double_timeout_min"] = str(max(1, math.ceil(2 * ms / 60000)))
+    return out
+
+
+def _duration(ms: int) -> str:
+    if ms % 3_600_000 == 0:
+        n, unit = ms // 3_600_000, "hour"
+    elif ms % 60_000 == 0:
+        n, unit = ms // 60_000, "minute"
+    elif ms % 1000 == 0:
+        n, unit = ms // 1000, "second"
+    else:
+        return f"{ms} ms"
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -549,11 +576,26 @@ def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | Non
     last = culprit.last_lines[-1] if culprit.last_lines else ""
     if culprit.rank in completed:
         last = f"{last} (last completed collective: {completed[culprit.rank or 0]})"
+    file = culprit.last_file or (sorted(culprit.files)[0] if culprit.files else "")
+    if not file or not last:
+        # Nothing of the culprit's own is in view (its lines are unattributed, or only a
+        # launcher named it): cite what the waiting ranks logged about waiting for it.
+        ev = min((h.evidence for h in timeouts), key=time_order)
+        return FirstFailure(
+            rank=culprit.rank,
+            host=culprit.host,
+            time=ev.time,
+            file=ev.file,
+            line=ev.line,
+            text=f"rank {culprit.rank} did not time out while the others waited: {ev.text}",
+            kind="hang",
+            time_inferred=ev.time_inferred,
+        )
     return FirstFailure(
         rank=culprit.rank,
         host=culprit.host,
         time=culprit.last_time,
-        file=culprit.last_file or (sorted(culprit.files)[0] if culprit.files else ""),
+        file=file,
         line=culprit.last_lineno,
         text=f"last line before the hang: {last}",
         kind="hang",

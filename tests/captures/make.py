@@ -158,6 +158,81 @@ def capture_endings(out: Path) -> None:
             (out / name).write_text(text, encoding="utf-8")
 
 
+#: Two-rank torchrun (gloo) jobs where rank 0 works alone while rank 1 waits and times out:
+#: in a barrier (main_process_first) and on a c10d store key. Rank 0 is the one waited for.
+HANGS = {
+    "barrier_wait": """
+import datetime
+import logging
+import os
+import time
+
+import torch.distributed as dist
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+log = logging.getLogger("train")
+
+
+def main():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+    rank = dist.get_rank()
+    if rank == 0:
+        # the main process prepares the dataset while the others wait (main_process_first)
+        log.info("rank 0: tokenizing dataset")
+        time.sleep(12)
+    dist.barrier()
+    log.info("rank %d: dataset ready", rank)
+
+
+if __name__ == "__main__":
+    main()
+""",
+    "store_wait": """
+import datetime
+import os
+
+import torch.distributed as dist
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1,
+                          int(os.environ["WORLD_SIZE"]), rank == 0,
+                          timeout=datetime.timedelta(seconds=4))
+    if rank == 0:
+        import time
+        print("rank 0: computing the shard plan", flush=True)
+        time.sleep(10)
+        store.set("plan", "ready")
+    else:
+        store.wait(["plan"])
+    print(f"rank {rank}: plan ready", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+""",
+}
+
+
+def capture_hangs(out: Path) -> None:
+    out.mkdir(exist_ok=True)
+    for i, (name, source) in enumerate(HANGS.items()):
+        with tempfile.TemporaryDirectory() as tmp:
+            script = Path(tmp) / f"{name}.py"
+            script.write_text(source.lstrip(), encoding="utf-8")
+            torchrun = Path(sys.executable).with_name("torchrun")
+            port = str(29631 + 10 * i)
+            cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", port, str(script)]
+            # One console, as a terminal shows it: stdout and stderr interleaved as written.
+            run = subprocess.run(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp, check=False
+            )
+            text = run.stdout.decode("utf-8")
+            text = text.replace(tmp, "/home/user/proj").replace(sys.prefix, "/opt/venv")
+            (out / f"{name}.log").write_text(text.replace(sys.base_prefix, "/usr"), "utf-8")
+
+
 #: Where a program's script lies under the run directory (default: ``<name>.py``).
 SCRIPT_PATHS = {"installed_script": "venv/lib/python3.11/site-packages/jobs/train.py"}
 
@@ -188,6 +263,8 @@ def interleaved_enough(text: str) -> bool:
 def main(names: list[str]) -> None:
     if not names or "endings" in names:
         capture_endings(HERE / "endings")
+    if not names or "hangs" in names:
+        capture_hangs(HERE / "hangs")
     for name, source in PROGRAMS.items():
         if names and name not in names:
             continue

@@ -97,10 +97,11 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
         if m:
             host = m["host"]
             pos = m.end()
+    task = None
     if style.srun:
         m = _SRUN.match(text, pos)
         if m:
-            rank = int(m["n"])
+            task = int(m["n"])
             pos = m.end()
     first = text[pos : pos + 1]
     if first == "[":
@@ -123,6 +124,14 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             pos = m.end()
     if pos == 0:
         return text, NO_PREFIX
+    if task is not None and rank is None:
+        if local_rank is None:
+            # srun started each rank itself (one task per rank): its task id is the rank.
+            rank = task
+        elif host is None:
+            # srun started a launcher per node (``srun torchrun``): its task id names that
+            # node's agent, whose workers' local ranks follow; the global rank is not known.
+            host = f"srun-task-{task}"
     return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host, stamp=stamp)
 
 

@@ -20,6 +20,9 @@ from crashlens.parse.traceback import PartialTraceback
 from crashlens.rulebase.schema import Detector, Rule, RuleSet
 
 CONTEXT = 3
+_LINE_RANK = regex.compile(
+    r"\[(?:PG ID 0 PG GUID 0(?:\([^)]*\))? |PG 0 (?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]"
+)
 MAX_HITS_PER_DETECTOR = 20
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
@@ -151,6 +154,12 @@ class HitCollector:
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if rank is None:
             rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")
+        if rank is None:
+            # A line of a combined console that names its writer's global rank the way
+            # ProcessGroupNCCL prefixes its messages ("[Rank 3]", "[PG ID 0 PG GUID 0 Rank 3]":
+            # the default group, whose rank is the global one), whatever rule matched it.
+            m = _LINE_RANK.search(hit.text)
+            rank = int(m["rank"]) if m else None
         host = stream.host or roles.host
         if host is None and self.source.kind == "kernel":
             m = _SYSLOG_HOST.match(hit.text)

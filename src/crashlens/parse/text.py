@@ -16,6 +16,12 @@ _FAULT_GLUE = "Fatal Python error: "
 _SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
 #: Launcher prefixes that can sit between glued text and a traceback header.
 _GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
+#: What may stand before those and is a launcher's label, not glued text: a tool's timestamp,
+#: srun --label's task id, pdsh's host, Open MPI's tag, kubectl's pod.
+_LABELS_ONLY = re.compile(
+    r"(?:\d{4}-\d\d-\d\d[ T]\S+ )?"
+    r"(?: *\d{1,5}: |[A-Za-z][\w\-.]*: |\[\d+,\d+\]<std(?:out|err|diag)>:[ ]?|\[pod/[^\]\s]+\] )*"
+)
 
 
 #: A shell's report of a signal death printed right after a progress bar (no newline between).
@@ -45,6 +51,8 @@ def glue_point(raw: str) -> int:
         return 0
     m = _GLUED_PREFIX.search(before)
     cut = m.start() if m else at
+    if _LABELS_ONLY.fullmatch(before[:cut]):
+        return 0
     return cut if before[:cut].strip() else 0
 
 
