@@ -44,9 +44,10 @@ def results() -> dict[str, Any]:
 
 
 def test_the_corpus_has_the_promised_shape() -> None:
-    assert len(CASES) >= 120
-    assert sum(c.multi_rank for c in CASES) >= 40
-    assert sum(c.cause == "none" for c in CASES) >= 12
+    assert len(CASES) >= 300
+    assert sum(c.part == "validation" for c in CASES) >= 100
+    assert sum(c.multi_rank for c in CASES) >= 60
+    assert sum(c.cause == "none" for c in CASES) >= 25
     assert {c.cause for c in CASES} >= set(accuracy.CAUSE_CLASSES)
 
 
@@ -95,3 +96,43 @@ def test_a_crashed_job_never_reads_no_failure_found(case: Any) -> None:
     # a clause without its values is left out of the remediation
     assert not [c.rule_id for c in report.causes if "(unknown)" in c.remediation]
     assert report.primary is not None and report.primary.evidence
+
+
+def _outcome(case_id: str, part: str, top1: bool, cause: str = "cuda_oom") -> Any:
+    return accuracy.Outcome(
+        id=case_id, part=part, cause=cause, predicted=(cause if top1 else "unknown",),
+        rule=None, exit_code=1, top1=top1, top3=top1, first_rank=None, predicted_rank=None,
+        rank_ok=None, silent=False, false_alarm=False,
+    )  # fmt: skip
+
+
+def _results(outcomes: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in accuracy.PARTS:
+        mine = [o for o in outcomes if o.part == part]
+        out[part] = {"summary": accuracy.summarize(mine), "outcomes": mine}
+    out["validation (unseen)"] = out["validation"]
+    out["all"] = {"summary": accuracy.summarize(outcomes)}
+    return out
+
+
+def test_the_ratchet_holds_every_case_and_every_right_diagnosis() -> None:
+    before = _results([_outcome("a", "tune", True), _outcome("b", "validation", True)])
+    baseline = accuracy.baseline_of(before)
+    assert accuracy.regressions(before, baseline) == []
+    # a new case that is diagnosed wrong lowers the figure but is no regression
+    grown = _results([*before["tune"]["outcomes"], _outcome("b", "validation", True),
+                      _outcome("c", "tune", False)])  # fmt: skip
+    assert accuracy.regressions(grown, baseline) == []
+    # a case that disappears, or one that was right and is now wrong, is
+    shrunk = _results([_outcome("a", "tune", True)])
+    assert any("b is in the baseline" in p for p in accuracy.regressions(shrunk, baseline))
+    worse = _results([_outcome("a", "tune", False), _outcome("b", "validation", True)])
+    assert any("tune/a: was diagnosed right" in p for p in accuracy.regressions(worse, baseline))
+
+
+def test_seen_validation_cases_are_reported_apart(results: dict[str, Any]) -> None:
+    seen = [c for c in CASES if c.seen]
+    assert seen and all(c.part == "validation" for c in seen)
+    unseen = results["validation (unseen)"]["summary"]
+    assert unseen["cases"] == results["validation"]["summary"]["cases"] - len(seen)
