@@ -129,6 +129,24 @@ KNOWN_PACKAGES = frozenset(
         "importlib_metadata",
         "six",
         "attr",
+        # fine-tuning frameworks users run rather than write
+        "llamafactory",
+        "axolotl",
+        "unsloth",
+        "unsloth_zoo",
+        "swift",
+        "xtuner",
+        "nemo",
+        "torchtune",
+        "composer",
+        "llmfoundry",
+        "litgpt",
+        "open_clip",
+        "fastchat",
+        "ultralytics",
+        "mmpretrain",
+        "mmseg",
+        "mmdet3d",
     )
 )
 #: Directories that hold installed packages.
@@ -247,6 +265,10 @@ def launched_script(frames: Sequence[FrameLike]) -> str | None:
         spawned = len(frames) > 1 and frames[1].file.replace("\\", "/").endswith(_BOOTSTRAPS)
         return None if spawned else first.file
     if first.file.startswith("<") or first.file.endswith(_RUNPY):
+        return None
+    if _names_known_package(first.file, _segments(first.file)[:-1]):
+        # A known package's module at the bottom of the stack (an import in a spawned worker,
+        # a paste that lost the frames above it) is that package's, not a script of the user's.
         return None
     return first.file if first.file.endswith(".py") else None
 

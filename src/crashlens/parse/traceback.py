@@ -148,6 +148,8 @@ def _frame(m: regex.Match[str]) -> Frame:
 def _own_script(tb: PartialTraceback) -> None:
     """Mark the frames of the script the process was launched with as the user's code, where
     ever it lives (a job's ``train.py`` copied into ``site-packages`` is still the user's)."""
+    if tb.headerless:
+        return  # the frames shown may not start where the process did
     script = next(filter(None, (launched_script(e.frames) for e in reversed(tb.exceptions))), None)
     if script is None:
         return
