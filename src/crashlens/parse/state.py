@@ -29,8 +29,12 @@ HANDLED_AFTER_LINES = 200
 HANDLED_AFTER_STAMPS = 5
 HANDLED_AFTER_SECONDS = 10.0
 #: ... or when any later line of its writer is stamped this long after it: the process outlived
-#: it (a teardown after a real crash follows within seconds, not a minute).
+#: it (a teardown after a real crash follows within seconds, not a minute). Only when the
+#: traceback's own time is close (its line, or the line right before it, is stamped): an
+#: inferred time from far above is a lower bound that proves nothing.
 HANDLED_AFTER_GAP_S = 60.0
+#: A log record at a level whose handlers print the traceback of the exception being handled.
+ERROR_RECORD = regex.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|EXCEPTION|FATAL)\b")
 #: The line before a traceback announcing a retry (``logger.exception("... retrying")``): the
 #: writer caught it and went on. Not "giving up after 3 retries": that one is final.
 RETRY_ANNOUNCED = regex.compile(r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d")
@@ -139,7 +143,7 @@ class DoneTraceback:
             return True
         if self.time is None or not self.later:
             return False
-        if self.later[-1] - self.time >= HANDLED_AFTER_GAP_S:
+        if self.tb.timed_close and self.later[-1] - self.time >= HANDLED_AFTER_GAP_S:
             return True
         if len(self.later) < HANDLED_AFTER_STAMPS:
             return False

@@ -33,6 +33,7 @@ from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
+    ERROR_RECORD,
     MAX_EVIDENCE_TEXT,
     RING,
     STEP,
@@ -116,6 +117,15 @@ class FileParser:
             if stream.ring:
                 current.prelude = stream.ring[-1][1]
             current.stamp = self.clock.time_of(stream, lineno, timed)
+            last = stream.last_stamp
+            # Its time is its own when the traceback is stamped, or when the line right before
+            # it is the stamped error record that printed it (``logger.exception(...)``,
+            # ``logger.warning(..., exc_info=True)``), not some earlier line's.
+            current.timed_close = not current.stamp[1] or (
+                last is not None
+                and last[0] >= lineno - 1
+                and ERROR_RECORD.search(current.prelude) is not None
+            )
             if current.stamp[0] is None:
                 stream.untimed.append(stamp_setter(current))
         if stream.assembler.done:

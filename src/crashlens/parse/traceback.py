@@ -86,6 +86,8 @@ class PartialTraceback:
     headerless: bool = False
     #: The writer's line just before the traceback (``... failed, retrying``), if any.
     prelude: str = ""
+    #: Whether its time is its own or the line right before it's (not a stamp from far above).
+    timed_close: bool = False
 
     def add_text(self, text: str) -> None:
         self.line_count += 1

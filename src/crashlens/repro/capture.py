@@ -124,6 +124,11 @@ EXPECTATIONS: dict[str, Expectation] = {
         "logger.exception (benign), then collate dies with an uncaught KeyError: 'input_ids'.",
         evidence="KeyError: 'input_ids'",
     ),
+    "numerical_instability": Expectation(
+        description="Plain python training run at a far too high learning rate: the loss "
+        "overflows to inf and the script stops itself with 'NaN detected in loss, aborting.'",
+        evidence="NaN detected in loss, aborting.",
+    ),
     "disk_full": Expectation(
         description="torch.save of a checkpoint into a full filesystem (1 MiB tmpfs) fails with "
         "'OSError: [Errno 28] No space left on device'.",

@@ -21,6 +21,7 @@ import ctypes
 import fcntl
 import os
 import resource
+import shutil
 import signal
 import socket
 import struct
@@ -34,6 +35,8 @@ from pathlib import Path
 
 #: Name of the combined stdout+stderr file of a single-process (``launcher=python``) run.
 TRAIN_LOG = "train.log"
+#: The name the repro script gets in the run directory (what users call theirs).
+USER_SCRIPT = "train.py"
 #: Name of the combined stdout+stderr file of the torchrun launcher (with ``[defaultN]:`` tees).
 CONSOLE_LOG = "console.log"
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
@@ -360,7 +363,7 @@ def run_script(
     torchrun_args: Sequence[str] = (),
     isolate_network: bool = True,
 ) -> RunResult:
-    """Run ``script`` in ``workdir`` and capture its logs there.
+    """Run ``script`` in ``workdir`` (copied there as ``train.py``) and capture its logs there.
 
     stdout and stderr go to one file (``train.log`` for ``python``, ``console.log`` for
     ``torchrun``), as a user's ``2>&1 | tee`` or a scheduler's output file holds them. The run
@@ -372,6 +375,9 @@ def run_script(
     script writes in its working directory. On return no process of the run is left.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    # The job's script is the user's ``train.py`` in the run directory, as in a real job:
+    # wherever crashlens is installed (a wheel's site-packages), its frames are the user's.
+    script = Path(shutil.copy2(script, workdir / USER_SCRIPT))
     log_root = log_root if log_root is not None else workdir
     log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None

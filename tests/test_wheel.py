@@ -1,0 +1,81 @@
+"""What users install: the wheel, in a fresh venv, re-diagnosing every CPU repro as itself.
+
+The editable checkout hides mistakes a wheel shows: the repro scripts then live in
+``site-packages``, the rules come from the package data, and nothing of the checkout is on
+``sys.path``. This test builds the wheel, installs it (with the pinned CPU torch first) into a
+new venv outside the checkout and runs ``crashlens repro run ID`` there for every CPU repro:
+each must exit 0 (the diagnosis of its own run matches its class).
+
+It needs the package registry and a minute or two, so it runs when ``CRASHLENS_WHEEL_TEST=1``
+(``.ci/run`` sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH = "torch==2.13.0"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("CRASHLENS_WHEEL_TEST") != "1",
+    reason="set CRASHLENS_WHEEL_TEST=1 to build and test the wheel in a fresh venv",
+)
+
+
+def _run(*cmd: str | Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("wheel")
+    dist = base / "dist"
+    built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, ROOT, cwd=base)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = dist.glob("crashlens-*.whl")
+    env = base / "venv"
+    assert _run(sys.executable, "-m", "venv", env, cwd=base).returncode == 0
+    python = env / "bin" / "python"
+    # The pinned CPU torch first, so the extra's range cannot pull another build.
+    for spec in ([TORCH], [f"{wheel}[repro]"]):
+        done = _run(python, "-m", "pip", "install", "-q", *spec, cwd=base)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return env
+
+
+def test_the_wheel_runs_from_site_packages_without_the_checkout(venv: Path) -> None:
+    probe = _run(
+        venv / "bin" / "python",
+        "-c",
+        "import crashlens, sys; print(crashlens.__file__); print(any('work' in p and "
+        "'src' in p for p in sys.path))",
+        cwd=venv,
+    )
+    where, checkout_on_path = probe.stdout.split()
+    assert "site-packages" in where and str(ROOT) not in where
+    assert checkout_on_path == "False"
+
+
+def test_every_cpu_repro_rediagnoses_as_itself_from_the_wheel(venv: Path) -> None:
+    crashlens = venv / "bin" / "crashlens"
+    listing = _run(crashlens, "repro", "list", cwd=venv)
+    assert listing.returncode == 0, listing.stderr
+    rows = [line.split() for line in listing.stdout.splitlines()[1:] if line.strip()]
+    cpu = [r[0] for r in rows if r[2] == "no"]
+    assert len(cpu) >= 11
+    failed = {}
+    for repro in cpu:
+        out = venv.parent / "runs" / repro
+        run = _run(crashlens, "repro", "run", repro, "--out", out, cwd=venv.parent, timeout=300)
+        if run.returncode != 0:
+            failed[repro] = (run.stdout + run.stderr)[-1500:]
+    assert failed == {}
