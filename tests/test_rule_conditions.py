@@ -275,3 +275,20 @@ def test_config_errors_are_one_line_with_file_and_line(
     shown = str(err.value)
     assert "\n" not in shown and message in shown
     assert f"crashlens.yaml{where}" in shown
+
+
+def test_at_least_needs_that_many_hits_in_a_group(tmp_path: Path) -> None:
+    root = _rules(tmp_path, repeated="condition:\n  any: [err]\n  at_least: 3\n")
+    rules = load_rules([root], include_default=False)
+    twice = [_hit("repeated"), _hit("repeated")]
+    assert match(twice, rules) == []
+    thrice = [*twice, _hit("repeated")]
+    (found,) = match(thrice, rules)
+    assert len(found.hits) == 3
+
+
+@pytest.mark.parametrize("bad", ["0", "21", "true", "2.5"])
+def test_at_least_must_be_a_small_whole_number(tmp_path: Path, bad: str) -> None:
+    root = _rules(tmp_path, repeated=f"condition:\n  any: [err]\n  at_least: {bad}\n")
+    with pytest.raises(RuleError, match="at_least"):
+        load_rules([root], include_default=False, strict=True)

@@ -195,7 +195,8 @@ def _evaluate_group(cond: Condition, hits: list[Hit]) -> list[Hit]:
         if cond.within is None:
             return []
         positive = [h for h in positive if not _near(h, negatives, cond.within)]
-    return list({id(h): h for h in positive}.values())
+    unique = list({id(h): h for h in positive}.values())
+    return unique if len(unique) >= cond.at_least else []
 
 
 def _co_occurring(cond: Condition, by_det: dict[str, list[Hit]]) -> list[Hit]:

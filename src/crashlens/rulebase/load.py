@@ -33,7 +33,7 @@ _RULE_KEYS = {
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
 _ORIGINS = {"user", "called", "library", "none", "cut"}
-_CONDITION_KEYS = {"any", "all", "not", "within", "same"}
+_CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FACT_KEY = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -475,10 +475,14 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
         or within < 0
     ):
         raise _fail("condition 'within' must be a number of seconds", path, value)
+    at_least = value.get("at_least", 1)
+    if isinstance(at_least, bool) or not isinstance(at_least, int) or not 1 <= at_least <= 20:
+        raise _fail("condition 'at_least' must be a whole number from 1 to 20", path, value)
     return Condition(
         any=parts["any"],
         all=parts["all"],
         none=parts["not"],
         within=float(within) if within is not None else None,
         same=same,
+        at_least=at_least,
     )

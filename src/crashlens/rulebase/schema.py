@@ -36,7 +36,9 @@ class Detector:
 class Condition:
     """When a rule fires: ``any``/``all``/``not`` over detector names, per ``same`` group.
 
-    ``within`` bounds, in seconds, how far apart the co-occurring signals may be.
+    ``within`` bounds, in seconds, how far apart the co-occurring signals may be; ``at_least``
+    is how many hits a group needs (a line that only means failure when it repeats: a retry
+    loop that never gets through).
     """
 
     any: tuple[str, ...] = ()
@@ -44,6 +46,7 @@ class Condition:
     none: tuple[str, ...] = ()
     within: float | None = None
     same: Same = "rank"
+    at_least: int = 1
 
 
 #: ``facts.test`` values of a fact-only rule (see docs/rules.md, "Rules on facts").
