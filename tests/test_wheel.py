@@ -77,5 +77,5 @@ def test_every_cpu_repro_rediagnoses_as_itself_from_the_wheel(venv: Path) -> Non
         out = venv.parent / "runs" / repro
         run = _run(crashlens, "repro", "run", repro, "--out", out, cwd=venv.parent, timeout=300)
         if run.returncode != 0:
-            failed[repro] = (run.stdout + run.stderr)[-1500:]
-    assert failed == {}
+            failed[repro] = (run.stdout + run.stderr)[-3000:]
+    assert not failed, "\n\n".join(f"== {k}\n{v}" for k, v in failed.items())
