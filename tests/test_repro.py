@@ -385,3 +385,20 @@ def test_the_sandbox_reaches_loopback_only(tmp_path: Path) -> None:
     out = (result.logs_dir / result.logs[0]).read_text()
     assert "loopback ok" in out
     assert "outside blocked" in out and "outside reachable" not in out
+
+
+def test_a_deep_run_directory_gets_a_short_tmpdir_for_worker_sockets(tmp_path: Path) -> None:
+    # DataLoader workers bind AF_UNIX sockets under TMPDIR; a deep --out would exceed the
+    # 108-byte limit ("OSError: AF_UNIX path too long") and hang the run.
+    from crashlens.repro.sandbox import MAX_SOCKET_TMPDIR, short_tmpdir
+
+    deep = tmp_path / ("d" * 80) / "tmp"
+    deep.mkdir(parents=True)
+    with short_tmpdir(deep, "0123456789abcdef") as tmp:
+        assert len(str(tmp)) <= MAX_SOCKET_TMPDIR
+        (tmp / "probe").write_text("x")  # writes land in the run's own directory
+        assert (deep / "probe").read_text() == "x"
+    assert not tmp.exists() and (deep / "probe").exists()
+    short = tmp_path / "tmp"
+    with short_tmpdir(short, "0123456789abcdef") as same:
+        assert same == short

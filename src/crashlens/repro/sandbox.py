@@ -398,6 +398,43 @@ def run_script(
     marker = uuid.uuid4().hex
     env = build_env(workdir, extra_env)
     env[RUN_MARKER] = marker
+    with short_tmpdir(Path(env["TMPDIR"]), marker) as tmp:
+        env["TMPDIR"] = str(tmp)
+        return _run(command, workdir, env, main_log, log_root, marker, timeout_s,
+                    as_limit_bytes, isolate_network)  # fmt: skip
+
+
+#: Longest TMPDIR that leaves room for multiprocessing's ``pymp-*/listener-*`` socket names
+#: under the AF_UNIX limit (108 bytes on Linux), as DataLoader workers create them.
+MAX_SOCKET_TMPDIR = 60
+
+
+@contextlib.contextmanager
+def short_tmpdir(tmp: Path, marker: str) -> Iterator[Path]:
+    """``tmp``, or a short symlink to it under the system temp directory while the run lasts
+    when ``tmp`` is too long a path for the sockets processes create in it (a deep ``--out``)."""
+    if len(str(tmp)) <= MAX_SOCKET_TMPDIR:
+        yield tmp
+        return
+    link = Path("/tmp") / f"crashlens-{marker[:12]}"
+    link.symlink_to(tmp, target_is_directory=True)
+    try:
+        yield link
+    finally:
+        link.unlink(missing_ok=True)
+
+
+def _run(
+    command: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    main_log: Path,
+    log_root: Path,
+    marker: str,
+    timeout_s: float,
+    as_limit_bytes: int | None,
+    isolate_network: bool,
+) -> RunResult:
     timed_out = False
     start = time.monotonic()
     isolated = isolate_network
