@@ -156,6 +156,11 @@ class Roles:
     last_completed: int | None = None
     waits_on: int | None = None
     timeout_ms: int | None = None
+    #: A collective check naming what this writer ran (``op``) and what another rank ran
+    #: (``peer``, ``peer_op``): a desync, whose culprit is the rank in the minority.
+    op: str | None = None
+    peer: int | None = None
+    peer_op: str | None = None
 
     @property
     def waiting(self) -> bool:
@@ -194,6 +199,9 @@ class Roles:
             last_completed=_int(fields.get("last_completed")),
             waits_on=_int(fields.get("waits_on")),
             timeout_ms=_int(fields.get("timeout_ms")),
+            op=fields.get("op"),
+            peer=_int(fields.get("peer")),
+            peer_op=fields.get("peer_op"),
         )
 
 

@@ -229,6 +229,7 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
         for m in matches
         if m.rule.kind == "cause" and not _handled_only(m)
     ]
+    causes += _revived(matches, causes, env)
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
     for c in (*causes, *symptoms):
         cited = [(h.evidence, h.traceback_id) for h in _lead_first(c.match)]
@@ -307,6 +308,29 @@ def _frame_of(cited: Iterable[tuple[Evidence, int | None]], timeline: Timeline) 
         if frame is not None:
             return frame
     return None
+
+
+def _revived(matches: list[Match], causes: list[Cause], env: dict[str, str]) -> list[Cause]:
+    """Handled findings that explain a cause that ended a process.
+
+    An error a writer logged and outlived is not its crash, except when what did end it is a
+    consequence that error's rule names: workers failing with "Too many open files", then the
+    DataLoader timing out waiting for them. Only a rule's own ``explains`` counts here (not the
+    generic "explains any fallback"), so a logged-and-retried upload error never takes the
+    blame for a later KeyError.
+    """
+    out = []
+    for m in matches:
+        if m.rule.kind != "cause" or m.rule.fallback or not _handled_only(m):
+            continue
+        first = m.first_time
+        for c in causes:
+            if c.match.rule.fallback or not m.rule.explains_target(c.rule_id, c.match.rule.cls):
+                continue
+            if first is None or c.first_seen is None or c.first_seen >= first - CAUSALITY_SLACK_S:
+                out.append(Cause(m, "cause", environment=env))
+                break
+    return out
 
 
 def _handled_only(m: Match) -> bool:
@@ -424,6 +448,9 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
         h for m in matches if m.rule.kind == "cause" for h in m.hits if h.fatal is not False
     ]
     pick = _earliest(h.evidence for h in cause_hits)
+    odd = desync_culprit(cause_hits)
+    if odd is not None:
+        pick = odd
     if pick is not None:
         rule_id = next(h.rule_id for h in cause_hits if h.evidence is pick)
         first = _first(pick, "crash", rule_id)
@@ -455,6 +482,35 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     roots = [f for f in timeline.failures if f.root_cause]
     pick = _earliest(f.evidence for f in roots)
     return _first(pick, "crash", None) if pick is not None else None
+
+
+def desync_culprit(hits: list[Hit]) -> Evidence | None:
+    """When ranks report a collective mismatch (``op`` they ran, ``peer`` and ``peer_op``), the
+    rank whose collective differs from what the majority ran: its own report, else the first
+    report naming it. With two ranks the mismatch has no majority and names no one."""
+    ran: dict[int, str] = {}
+    for h in hits:
+        r = h.roles
+        if h.evidence.rank is not None and r.op is not None:
+            ran.setdefault(h.evidence.rank, r.op)
+        if r.peer is not None and r.peer_op is not None:
+            ran.setdefault(r.peer, r.peer_op)
+    if len(ran) < 3:
+        return None
+    counts: dict[str, int] = {}
+    for op in ran.values():
+        counts[op] = counts.get(op, 0) + 1
+    odd = [rank for rank, op in ran.items() if counts[op] == 1]
+    if len(odd) != 1 or max(counts.values()) < 2:
+        return None
+    culprit = odd[0]
+    own = [h.evidence for h in hits if h.evidence.rank == culprit and h.roles.op is not None]
+    if own:
+        return min(own, key=time_order)
+    named = [h.evidence for h in hits if h.roles.peer == culprit]
+    if not named:
+        return None
+    return dataclasses.replace(min(named, key=time_order), rank=culprit, host=None)
 
 
 def _with_rank(first: FirstFailure, same_rule: list[Hit]) -> FirstFailure:

@@ -40,6 +40,7 @@ from .sandbox import (
     TRAIN_LOG,
     RunResult,
     SandboxUnavailable,
+    check_private_shm,
     mounted_tmpfs,
     occupied_port,
     run_script,
@@ -128,6 +129,56 @@ EXPECTATIONS: dict[str, Expectation] = {
         description="Plain python training run at a far too high learning rate: the loss "
         "overflows to inf and the script stops itself with 'NaN detected in loss, aborting.'",
         evidence="NaN detected in loss, aborting.",
+    ),
+    "file_not_found": Expectation(
+        description="Plain python run resuming from a checkpoint path that was never written: "
+        "torch.load raises FileNotFoundError.",
+        evidence="No such file or directory",
+    ),
+    "permission_denied": Expectation(
+        description="The training process runs unprivileged and saves a checkpoint into a "
+        "directory another user owns: torch.save fails with 'Permission denied'.",
+        evidence="Permission denied",
+    ),
+    "env_misconfig": Expectation(
+        description="A DDP script started with plain python: init_process_group's env:// "
+        "rendezvous finds no RANK ('environment variable RANK expected, but not set').",
+        evidence="environment variable RANK expected, but not set",
+    ),
+    "segfault": Expectation(
+        description="A native call reads a null pointer in the training process; faulthandler "
+        "prints 'Fatal Python error: Segmentation fault' and the process dies of SIGSEGV.",
+        evidence="Fatal Python error: Segmentation fault",
+        exit_code=-11,
+    ),
+    "missing_dependency": Expectation(
+        description="The model asks for an optional fused-attention package the environment "
+        "lacks: ModuleNotFoundError: No module named 'flash_attn'.",
+        evidence="No module named 'flash_attn'",
+    ),
+    "too_many_open_files": Expectation(
+        description="DataLoader workers pass many small tensors as file descriptors under a low "
+        "open-file limit: 'Too many open files' in the workers, then the DataLoader times out.",
+        evidence="Too many open files",
+    ),
+    "collective_desync": Expectation(
+        description="3-rank torchrun (gloo, TORCH_DISTRIBUTED_DEBUG=DETAIL): rank 1 broadcasts "
+        "where ranks 0 and 2 all-reduce; they raise 'Detected mismatch between collectives on "
+        "ranks'. Rank 1's call is the one that differs.",
+        evidence="Detected mismatch between collectives on ranks",
+        first_failure_rank=1,
+    ),
+    "rank0_works_alone": Expectation(
+        description="2-rank torchrun (gloo, 5 s timeout): rank 0 prepares the dataset alone for "
+        "14 s while rank 1 waits in a barrier and times out; rank 0 is the one waited for.",
+        evidence="Timed out waiting",
+        first_failure_rank=0,
+        rank_marker="rank 0: tokenizing and caching the dataset",
+    ),
+    "shm_exhausted": Expectation(
+        description="DataLoader workers place 16 MiB batches in a private 8 MiB /dev/shm: 'unable "
+        "to allocate shared memory(shm) for file </torch_...>: No space left on device (28)'.",
+        evidence="No space left on device",
     ),
     "disk_full": Expectation(
         description="torch.save of a checkpoint into a full filesystem (1 MiB tmpfs) fails with "
@@ -272,6 +323,13 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
                     return "skip", f"{spec.id}: SKIP {exc}"
                 setup.append(f"a {size} tmpfs was mounted on `<workdir>/{subdir}`")
                 params["ckpt-dir"] = subdir
+            shm = spec.options.get("shm")
+            if shm is not None:
+                try:
+                    check_private_shm(shm)
+                except SandboxUnavailable as exc:
+                    return "skip", f"{spec.id}: SKIP {exc}"
+                setup.append(f"the run got a private {shm} /dev/shm (its own mount namespace)")
             result = run_script(
                 spec.script,
                 workdir=workdir,
@@ -281,6 +339,7 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
                 params=params,
                 master_port=master_port,
                 torchrun_args=spec.torchrun_args,
+                shm_size=shm,
             )
         problems = check_capture(spec, exp, result)
         if problems:

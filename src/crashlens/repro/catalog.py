@@ -14,6 +14,7 @@ module docstring carries one header line::
 - ``master_port=occupied``: launch torchrun on a port another socket already holds;
 - ``tmpfs=<subdir>:<size>``: mount a small tmpfs at ``<workdir>/<subdir>`` (needs root);
 - ``as_limit=<n>g|none``: address-space limit (RLIMIT_AS) of the run;
+- ``shm=<size>``: the run gets a private /dev/shm of that size (a mount namespace; needs root);
 - ``torchrun_args=<a>[,<b>]``: extra torchrun options (e.g. ``--monitor-interval=5``).
 
 A script's parameters are its ``parser.add_argument("--name", ...)`` calls, read from the source

@@ -33,7 +33,14 @@ from crashlens.errors import CrashlensError, ExitCode
 from crashlens.report import Report
 
 from .catalog import BadParameterError, Repro, get
-from .sandbox import RunResult, SandboxUnavailable, mounted_tmpfs, occupied_port, run_script
+from .sandbox import (
+    RunResult,
+    SandboxUnavailable,
+    check_private_shm,
+    mounted_tmpfs,
+    occupied_port,
+    run_script,
+)
 
 #: Exit status when the repro reproduced the diagnosis.
 EXIT_REPRODUCED = int(ExitCode.OK)
@@ -231,6 +238,13 @@ def run_repro(
                 shutil.rmtree(workdir, ignore_errors=True)  # nothing ran; leave ``out`` empty
                 raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
             script_params.setdefault("ckpt-dir", subdir)
+        shm = repro.options.get("shm")
+        if shm is not None:
+            try:
+                check_private_shm(shm)
+            except SandboxUnavailable as exc:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
         result = run_script(
             repro.script,
             workdir=workdir,
@@ -244,6 +258,7 @@ def run_repro(
             torchrun_args=repro.torchrun_args,
             # The port the repro must find taken is held out here, in this network namespace.
             isolate_network=repro.options.get("master_port") != "occupied",
+            shm_size=shm,
         )
 
     from crashlens.api import analyze

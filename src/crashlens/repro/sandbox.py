@@ -248,8 +248,51 @@ def _isolate_network() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, request)
 
 
-def _preexec(as_limit_bytes: int | None, isolate: bool) -> Callable[[], None] | None:
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+
+
+def _private_shm(size: str) -> Callable[[], None]:
+    """In the child, before exec: a mount namespace of its own whose /dev/shm is a fresh tmpfs
+    of ``size`` (Docker's 64 MB default, or smaller), leaving the machine's /dev/shm alone."""
+
+    def _mount() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        # nothing mounted here may propagate back to the host's namespace
+        if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        options = f"size={size}".encode()
+        if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, options) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    return _mount
+
+
+def check_private_shm(size: str) -> None:
+    """Raise :class:`SandboxUnavailable` unless a child can get a private /dev/shm here."""
+    if os.geteuid() != 0:
+        raise SandboxUnavailable("a private /dev/shm needs root (euid is not 0)")
+    try:
+        subprocess.run(
+            [sys.executable, "-c", "pass"], preexec_fn=_private_shm(size), check=True,
+            capture_output=True, timeout=30,
+        )  # fmt: skip
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise SandboxUnavailable(f"cannot give the run a private /dev/shm: {exc}") from exc
+
+
+def _preexec(
+    as_limit_bytes: int | None, isolate: bool, shm_size: str | None = None
+) -> Callable[[], None] | None:
     steps: list[Callable[[], None]] = []
+    if shm_size is not None:
+        steps.append(_private_shm(shm_size))
     if isolate:
         steps.append(_isolate_network)
     if as_limit_bytes is not None:
@@ -362,6 +405,7 @@ def run_script(
     log_root: Path | None = None,
     torchrun_args: Sequence[str] = (),
     isolate_network: bool = True,
+    shm_size: str | None = None,
 ) -> RunResult:
     """Run ``script`` in ``workdir`` (copied there as ``train.py``) and capture its logs there.
 
@@ -401,7 +445,7 @@ def run_script(
     with short_tmpdir(Path(env["TMPDIR"]), marker) as tmp:
         env["TMPDIR"] = str(tmp)
         return _run(command, workdir, env, main_log, log_root, marker, timeout_s,
-                    as_limit_bytes, isolate_network)  # fmt: skip
+                    as_limit_bytes, isolate_network, shm_size)  # fmt: skip
 
 
 #: Longest TMPDIR that leaves room for multiprocessing's ``pymp-*/listener-*`` socket names
@@ -434,6 +478,7 @@ def _run(
     timeout_s: float,
     as_limit_bytes: int | None,
     isolate_network: bool,
+    shm_size: str | None = None,
 ) -> RunResult:
     timed_out = False
     start = time.monotonic()
@@ -449,7 +494,7 @@ def _run(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_preexec(as_limit_bytes, isolate=isolate),
+                preexec_fn=_preexec(as_limit_bytes, isolate=isolate, shm_size=shm_size),
             )
 
         try:
