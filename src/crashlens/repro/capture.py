@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import importlib.metadata
 import json
@@ -36,6 +37,7 @@ from .catalog import Repro as ReproSpec
 from .sandbox import (
     CONSOLE_LOG,
     RUN_MARKER,
+    TORCHRUN_LAYOUTS,
     TORCHRUN_LOG_DIR,
     TRAIN_LOG,
     RunResult,
@@ -210,12 +212,9 @@ def check_capture(spec: ReproSpec, exp: Expectation, result: RunResult) -> list[
         problems.append(f"exit code {result.exit_code}, expected {exp.exit_code}")
     if exp.evidence not in _read_logs(result):
         problems.append(f"evidence {exp.evidence!r} not found in the logs")
-    if exp.rank_marker is not None and exp.first_failure_rank is not None:
-        rank_logs = sorted(
-            (result.logs_dir / TORCHRUN_LOG_DIR).glob(
-                f"*/attempt_0/{exp.first_failure_rank}/stderr.log"
-            )
-        )
+    tree = result.logs_dir / TORCHRUN_LOG_DIR
+    if exp.rank_marker is not None and exp.first_failure_rank is not None and tree.is_dir():
+        rank_logs = sorted(tree.glob(f"*/attempt_0/{exp.first_failure_rank}/stderr.log"))
         if not rank_logs:
             problems.append(f"no stderr.log for rank {exp.first_failure_rank}")
         elif exp.rank_marker not in rank_logs[0].read_text(encoding="utf-8", errors="replace"):
@@ -292,20 +291,48 @@ Files:
 """
 
 
-def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Variant:
+    """One cell of the capture matrix: a launch layout and, optionally, which rank the repro
+    is told to break (a script parameter), which is then the expected first failing rank."""
+
+    layout: str
+    param: str | None = None
+    value: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.layout if self.param is None else f"{self.layout}-{self.param}{self.value}"
+
+
+def capture_one(
+    spec: ReproSpec,
+    out_root: Path,
+    keep_workdir: bool = False,
+    *,
+    variant: Variant | None = None,
+) -> tuple[str, str]:
     """Capture one repro; return (status, one-line report), status is ok, skip or failed.
 
-    A failed or skipped capture leaves the existing fixture directory untouched.
+    Without ``variant`` the capture goes to ``<out_root>/<id>/`` in the repro's default layout;
+    with one, to ``<out_root>/<id>/<variant>/`` in that layout, with the variant's parameter,
+    and its ``expected.yaml`` records the layout, the command and the torch version. A failed
+    or skipped capture leaves the existing fixture directory untouched.
     """
     exp = EXPECTATIONS.get(spec.id)
     if exp is None:
         return "failed", f"{spec.id}: no expectation registered in capture.EXPECTATIONS"
+    if variant is not None and variant.param is not None:
+        exp = dataclasses.replace(exp, first_failure_rank=variant.value)
     if spec.gpu:
         return "skip", f"{spec.id}: SKIP needs a GPU"
     keep = keep_workdir
     workdir = Path(tempfile.mkdtemp(prefix=f"crashlens-repro-{spec.id}-"))
     setup: list[str] = []
     params: dict[str, str] = {}
+    if variant is not None and variant.param is not None:
+        params[variant.param] = str(variant.value)
+    layout = variant.layout if variant is not None and spec.launcher == "torchrun" else "tee"
     try:
         with contextlib.ExitStack() as stack:
             master_port: int | None = None
@@ -340,13 +367,16 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
                 master_port=master_port,
                 torchrun_args=spec.torchrun_args,
                 shm_size=shm,
+                layout=layout,
+                # the occupied port is held in this network namespace, so the run shares it
+                isolate_network=spec.options.get("master_port") != "occupied",
             )
         problems = check_capture(spec, exp, result)
         if problems:
             keep = True
             return "failed", f"{spec.id}: FAILED ({'; '.join(problems)}); workdir kept: {workdir}"
 
-        dest = out_root / spec.id
+        dest = out_root / spec.id / variant.name if variant is not None else out_root / spec.id
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
@@ -360,7 +390,14 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
         (dest / "CAPTURE.md").write_text(
             render_capture_md(spec, result, setup, files, when), encoding="utf-8"
         )
-        (dest / "expected.yaml").write_text(render_expected(spec, exp), encoding="utf-8")
+        expected = render_expected(spec, exp)
+        if variant is not None:
+            expected += (
+                f"layout: {variant.layout if spec.launcher == 'torchrun' else 'python'}\n"
+                f"torch: {_yaml_str(_version('torch'))}\n"
+                f"command: {_yaml_str(shlex.join(result.command[1:]))}\n"
+            )
+        (dest / "expected.yaml").write_text(expected, encoding="utf-8")
         main_log = CONSOLE_LOG if spec.launcher == "torchrun" else TRAIN_LOG
         return "ok", (
             f"{spec.id}: ok exit={result.exit_code} {result.duration_s:.1f}s "
@@ -371,6 +408,30 @@ def capture_one(spec: ReproSpec, out_root: Path, keep_workdir: bool = False) -> 
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+#: Which rank each multi-rank repro can be told to break (script parameter, values).
+RANK_PARAMS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "rank_exception_cascade": ("bad-rank", (0, 1, 2, 3)),
+    "gloo_hang": ("hang-rank", (0, 1, 2)),
+    "collective_desync": ("odd-rank", (0, 1, 2)),
+}
+DEFAULT_MATRIX_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "captured"
+
+
+def matrix_of(spec: ReproSpec) -> list[Variant]:
+    """The capture matrix of one repro: every torchrun layout (times every rank it can be told
+    to break), or the one plain-python layout."""
+    if spec.launcher != "torchrun":
+        return [Variant("python")]
+    param = RANK_PARAMS.get(spec.id)
+    out = []
+    for layout in TORCHRUN_LAYOUTS:
+        if param is None:
+            out.append(Variant(layout))
+        else:
+            out.extend(Variant(layout, param[0], v) for v in param[1])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m crashlens.repro.capture",
@@ -379,6 +440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="ID", help="capture only these ids")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="fixtures root")
     parser.add_argument("--list", action="store_true", help="list the repro scripts and exit")
+    parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="capture every layout (and every rank a repro can break) into fixtures/captured/",
+    )
     parser.add_argument(
         "--keep-workdir", action="store_true", help="do not delete the temporary working dirs"
     )
@@ -398,11 +464,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     failed = 0
     for spec in specs:
-        print(f"capturing {spec.id} ...", flush=True)
-        status, report = capture_one(spec, args.out, keep_workdir=args.keep_workdir)
-        print("  " + report, flush=True)
-        if status == "failed":
-            failed += 1
+        cells: list[Variant | None] = list(matrix_of(spec)) if args.matrix else [None]
+        out = DEFAULT_MATRIX_OUT if args.matrix and args.out == DEFAULT_OUT else args.out
+        for cell in cells:
+            label = spec.id if cell is None else f"{spec.id}/{cell.name}"
+            print(f"capturing {label} ...", flush=True)
+            status, report = capture_one(spec, out, keep_workdir=args.keep_workdir, variant=cell)
+            print("  " + report, flush=True)
+            if status == "failed":
+                failed += 1
     return 1 if failed else 0
 
 

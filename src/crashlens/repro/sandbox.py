@@ -39,6 +39,12 @@ TRAIN_LOG = "train.log"
 USER_SCRIPT = "train.py"
 #: Name of the combined stdout+stderr file of the torchrun launcher (with ``[defaultN]:`` tees).
 CONSOLE_LOG = "console.log"
+#: How torchrun may lay its output out (torchrun's own options, nothing rewritten):
+#: ``tee``: ``--log-dir`` tree and ``--tee 3`` (``[defaultN]:`` on the console); ``default``:
+#: no options, every process writes the console unprefixed (tracebacks get c10d's
+#: ``[rankN]:``); ``tee-console``: ``--tee 3`` without a tree; ``redirects``: ``--log-dir``
+#: with ``--redirects 3``: per-rank ``stdout.log``/``stderr.log`` files, a near-silent console.
+TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects")
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
 
@@ -180,6 +186,7 @@ def build_command(
     log_dir: Path | None,
     params: Mapping[str, str],
     torchrun_args: Sequence[str] = (),
+    layout: str = "tee",
 ) -> list[str]:
     """Return the argv that launches ``script`` the way users do.
 
@@ -196,8 +203,19 @@ def build_command(
     if launcher == "python":
         return [sys.executable, str(script), *script_args]
     if launcher == "torchrun":
-        if master_port is None or log_dir is None:
-            raise ValueError("torchrun needs master_port and log_dir")
+        if master_port is None:
+            raise ValueError("torchrun needs master_port")
+        if layout not in TORCHRUN_LAYOUTS:
+            raise ValueError(f"unknown torchrun layout {layout!r}")
+        if layout in ("tee", "redirects") and log_dir is None:
+            raise ValueError(f"layout {layout!r} needs log_dir")
+        output: list[str] = []
+        if layout in ("tee", "redirects"):
+            output += ["--log-dir", str(log_dir)]
+        if layout in ("tee", "tee-console"):
+            output += ["--tee", "3"]
+        if layout == "redirects":
+            output += ["--redirects", "3"]
         return [
             sys.executable,
             "-m",
@@ -210,10 +228,7 @@ def build_command(
             "127.0.0.1",
             "--master-port",
             str(master_port),
-            "--log-dir",
-            str(log_dir),
-            "--tee",
-            "3",
+            *output,
             *torchrun_args,
             str(script),
             *script_args,
@@ -406,6 +421,7 @@ def run_script(
     torchrun_args: Sequence[str] = (),
     isolate_network: bool = True,
     shm_size: str | None = None,
+    layout: str = "tee",
 ) -> RunResult:
     """Run ``script`` in ``workdir`` (copied there as ``train.py``) and capture its logs there.
 
@@ -426,7 +442,7 @@ def run_script(
     log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None
     if launcher == "torchrun":
-        log_dir = log_root / TORCHRUN_LOG_DIR
+        log_dir = log_root / TORCHRUN_LOG_DIR if layout in ("tee", "redirects") else None
         if master_port is None:
             master_port = free_port()
     main_log = log_root / (CONSOLE_LOG if launcher == "torchrun" else TRAIN_LOG)
@@ -438,6 +454,7 @@ def run_script(
         log_dir=log_dir,
         params=params or {},
         torchrun_args=torchrun_args,
+        layout=layout,
     )
     marker = uuid.uuid4().hex
     env = build_env(workdir, extra_env)
