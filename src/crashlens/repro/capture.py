@@ -293,16 +293,16 @@ Files:
 
 @dataclass(frozen=True)
 class Variant:
-    """One cell of the capture matrix: a launch layout and, optionally, which rank the repro
-    is told to break (a script parameter), which is then the expected first failing rank."""
+    """One cell of the capture matrix: a launch layout and the script parameters of the run;
+    ``first_rank`` is the rank those parameters break (the expected first failing rank)."""
 
     layout: str
-    param: str | None = None
-    value: int | None = None
+    params: tuple[tuple[str, str], ...] = ()
+    first_rank: int | None = None
 
     @property
     def name(self) -> str:
-        return self.layout if self.param is None else f"{self.layout}-{self.param}{self.value}"
+        return "-".join([self.layout, *(f"{k}{v}" for k, v in self.params)])
 
 
 def capture_one(
@@ -322,16 +322,16 @@ def capture_one(
     exp = EXPECTATIONS.get(spec.id)
     if exp is None:
         return "failed", f"{spec.id}: no expectation registered in capture.EXPECTATIONS"
-    if variant is not None and variant.param is not None:
-        exp = dataclasses.replace(exp, first_failure_rank=variant.value)
+    if variant is not None and variant.params:
+        exp = dataclasses.replace(exp, first_failure_rank=variant.first_rank)
     if spec.gpu:
         return "skip", f"{spec.id}: SKIP needs a GPU"
     keep = keep_workdir
     workdir = Path(tempfile.mkdtemp(prefix=f"crashlens-repro-{spec.id}-"))
     setup: list[str] = []
     params: dict[str, str] = {}
-    if variant is not None and variant.param is not None:
-        params[variant.param] = str(variant.value)
+    if variant is not None:
+        params.update(variant.params)
     layout = variant.layout if variant is not None and spec.launcher == "torchrun" else "tee"
     try:
         with contextlib.ExitStack() as stack:
@@ -408,27 +408,38 @@ def capture_one(
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-#: Which rank each multi-rank repro can be told to break (script parameter, values).
+#: Which rank each multi-rank repro can be told to break (script parameter, values), and
+#: other parameters a capture varies (each combination is one run).
 RANK_PARAMS: dict[str, tuple[str, tuple[int, ...]]] = {
     "rank_exception_cascade": ("bad-rank", (0, 1, 2, 3)),
     "gloo_hang": ("hang-rank", (0, 1, 2)),
     "collective_desync": ("odd-rank", (0, 1, 2)),
 }
+OTHER_PARAMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # the failing step: before any step completed everywhere, mid-run, late
+    "rank_exception_cascade": ("bad-step", ("1", "4", "7")),
+}
 DEFAULT_MATRIX_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "captured"
 
 
 def matrix_of(spec: ReproSpec) -> list[Variant]:
-    """The capture matrix of one repro: every torchrun layout (times every rank it can be told
-    to break), or the one plain-python layout."""
+    """The capture matrix of one repro: every torchrun layout times every rank it can be told
+    to break (times its other varied parameters), or the one plain-python layout."""
     if spec.launcher != "torchrun":
         return [Variant("python")]
-    param = RANK_PARAMS.get(spec.id)
+    ranks = RANK_PARAMS.get(spec.id)
+    others = OTHER_PARAMS.get(spec.id)
     out = []
     for layout in TORCHRUN_LAYOUTS:
-        if param is None:
+        if ranks is None:
             out.append(Variant(layout))
-        else:
-            out.extend(Variant(layout, param[0], v) for v in param[1])
+            continue
+        for r in ranks[1]:
+            for extra in others[1] if others else (None,):
+                params: tuple[tuple[str, str], ...] = ((ranks[0], str(r)),)
+                if others is not None and extra is not None:
+                    params += ((others[0], extra),)
+                out.append(Variant(layout, params, r))
     return out
 
 

@@ -43,8 +43,10 @@ CONSOLE_LOG = "console.log"
 #: ``tee``: ``--log-dir`` tree and ``--tee 3`` (``[defaultN]:`` on the console); ``default``:
 #: no options, every process writes the console unprefixed (tracebacks get c10d's
 #: ``[rankN]:``); ``tee-console``: ``--tee 3`` without a tree; ``redirects``: ``--log-dir``
-#: with ``--redirects 3``: per-rank ``stdout.log``/``stderr.log`` files, a near-silent console.
-TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects")
+#: with ``--redirects 3``: per-rank ``stdout.log``/``stderr.log`` files, a near-silent console;
+#: ``rank0-console``: the tree and ``--tee 3``, with ``--local-ranks-filter 0`` (the console
+#: shows rank 0 alone, as many users keep it).
+TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects", "rank0-console")
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
 
@@ -207,13 +209,15 @@ def build_command(
             raise ValueError("torchrun needs master_port")
         if layout not in TORCHRUN_LAYOUTS:
             raise ValueError(f"unknown torchrun layout {layout!r}")
-        if layout in ("tee", "redirects") and log_dir is None:
+        if layout in ("tee", "redirects", "rank0-console") and log_dir is None:
             raise ValueError(f"layout {layout!r} needs log_dir")
         output: list[str] = []
-        if layout in ("tee", "redirects"):
+        if layout in ("tee", "redirects", "rank0-console"):
             output += ["--log-dir", str(log_dir)]
-        if layout in ("tee", "tee-console"):
+        if layout in ("tee", "tee-console", "rank0-console"):
             output += ["--tee", "3"]
+        if layout == "rank0-console":
+            output += ["--local-ranks-filter", "0"]
         if layout == "redirects":
             output += ["--redirects", "3"]
         return [
@@ -442,7 +446,9 @@ def run_script(
     log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None
     if launcher == "torchrun":
-        log_dir = log_root / TORCHRUN_LOG_DIR if layout in ("tee", "redirects") else None
+        log_dir = (
+            log_root / TORCHRUN_LOG_DIR if layout in ("tee", "redirects", "rank0-console") else None
+        )
         if master_port is None:
             master_port = free_port()
     main_log = log_root / (CONSOLE_LOG if launcher == "torchrun" else TRAIN_LOG)
