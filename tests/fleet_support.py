@@ -16,7 +16,9 @@ FIXTURES = ROOT / "fixtures"
 #: The hand-made and single-capture fixtures; the capture matrix (fixtures/captured) is
 #: re-analysed by tests/test_captured.py and would only multiply the fleet runs here.
 FIXTURE_JOBS = sorted(
-    p.parent for p in FIXTURES.rglob("expected.yaml") if "captured" not in p.relative_to(FIXTURES).parts
+    p.parent
+    for p in FIXTURES.rglob("expected.yaml")
+    if "captured" not in p.relative_to(FIXTURES).parts
 )
 
 

@@ -2,7 +2,8 @@
 
 ``fixtures/captured/<repro>/<layout>[-<param><rank>]/`` holds the logs of real runs
 (``python -m crashlens.repro.capture --matrix``): torchrun's default console, ``--tee 3``,
-``--tee 3`` with a ``--log-dir`` tree, ``--log-dir`` with ``--redirects 3``, and plain python;
+``--tee 3`` with a ``--log-dir`` tree, ``--log-dir`` with ``--redirects 3``, the tree with a
+console that shows rank 0 alone (``--local-ranks-filter 0``), and plain python;
 multi-rank repros once for every rank they can be told to break. ``expected.yaml`` records
 the class and the first failing rank from the injection (never from crashlens's output), the
 layout, the command and the torch version.
@@ -39,6 +40,18 @@ def test_the_matrix_covers_the_layouts_and_ranks() -> None:
 def test_each_capture_is_diagnosed_as_its_injection(case: Path) -> None:
     expected = yaml.safe_load((case / "expected.yaml").read_text())
     report = analyze([case])
+    if expected.get("xfail"):
+        # a known gap, recorded beside the capture (docs/fixtures.md): it must still fail
+        right = report.primary is not None and (
+            report.primary.match.rule.cls == expected["top_class"]
+            and (
+                expected["first_failure_rank"] is None
+                or (report.first_failure is not None
+                    and report.first_failure.rank == expected["first_failure_rank"])
+            )
+        )  # fmt: skip
+        assert not right, f"fixed: remove the xfail of {case}"
+        pytest.xfail(expected["xfail"])
     assert report.primary is not None
     assert report.primary.match.rule.cls == expected["top_class"]
     want = expected["first_failure_rank"]

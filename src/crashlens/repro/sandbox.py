@@ -44,9 +44,9 @@ CONSOLE_LOG = "console.log"
 #: no options, every process writes the console unprefixed (tracebacks get c10d's
 #: ``[rankN]:``); ``tee-console``: ``--tee 3`` without a tree; ``redirects``: ``--log-dir``
 #: with ``--redirects 3``: per-rank ``stdout.log``/``stderr.log`` files, a near-silent console;
-#: ``rank0-console``: the tree and ``--tee 3``, with ``--local-ranks-filter 0`` (the console
+#: ``filtered-console``: the tree and ``--tee 3``, with ``--local-ranks-filter 0`` (the console
 #: shows rank 0 alone, as many users keep it).
-TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects", "rank0-console")
+TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects", "filtered-console")
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
 
@@ -209,14 +209,14 @@ def build_command(
             raise ValueError("torchrun needs master_port")
         if layout not in TORCHRUN_LAYOUTS:
             raise ValueError(f"unknown torchrun layout {layout!r}")
-        if layout in ("tee", "redirects", "rank0-console") and log_dir is None:
+        if layout in ("tee", "redirects", "filtered-console") and log_dir is None:
             raise ValueError(f"layout {layout!r} needs log_dir")
         output: list[str] = []
-        if layout in ("tee", "redirects", "rank0-console"):
+        if layout in ("tee", "redirects", "filtered-console"):
             output += ["--log-dir", str(log_dir)]
-        if layout in ("tee", "tee-console", "rank0-console"):
+        if layout in ("tee", "tee-console", "filtered-console"):
             output += ["--tee", "3"]
-        if layout == "rank0-console":
+        if layout == "filtered-console":
             output += ["--local-ranks-filter", "0"]
         if layout == "redirects":
             output += ["--redirects", "3"]
@@ -447,7 +447,9 @@ def run_script(
     log_dir: Path | None = None
     if launcher == "torchrun":
         log_dir = (
-            log_root / TORCHRUN_LOG_DIR if layout in ("tee", "redirects", "rank0-console") else None
+            log_root / TORCHRUN_LOG_DIR
+            if layout in ("tee", "redirects", "filtered-console")
+            else None
         )
         if master_port is None:
             master_port = free_port()
