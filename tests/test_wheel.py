@@ -13,8 +13,11 @@ It needs the package registry and a minute or two, so it runs when ``CRASHLENS_W
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,8 +39,18 @@ def _run(*cmd: str | Path, cwd: Path, timeout: float = 900) -> subprocess.Comple
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("wheel")
+def venv() -> Iterator[Path]:
+    # World-readable, as an installed environment is: a repro that drops to an unprivileged
+    # user (permission_denied) must still import torch from it (pytest's own tmp is 0700).
+    base = Path(tempfile.mkdtemp(prefix="crashlens-wheel-"))
+    base.chmod(0o755)
+    try:
+        yield _install(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _install(base: Path) -> Path:
     dist = base / "dist"
     built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, ROOT, cwd=base)
     assert built.returncode == 0, built.stderr[-2000:]
