@@ -637,16 +637,9 @@ def hang_culprit(matches: list[Match], timeline: Timeline) -> FirstFailure | Non
         # Nothing of the culprit's own is in view (its lines are unattributed, or only a
         # launcher named it): cite what the waiting ranks logged about waiting for it.
         ev = min((h.evidence for h in timeouts), key=time_order)
-        return FirstFailure(
-            rank=culprit.rank,
-            host=culprit.host,
-            time=ev.time,
-            file=ev.file,
-            line=ev.line,
-            text=f"rank {culprit.rank} did not time out while the others waited: {ev.text}",
-            kind="hang",
-            time_inferred=ev.time_inferred,
-        )
+        text = f"rank {culprit.rank} did not time out while the others waited: {ev.text}"
+        cited = _first(ev, "hang", None)
+        return dataclasses.replace(cited, rank=culprit.rank, host=culprit.host, text=text)
     return FirstFailure(
         rank=culprit.rank,
         host=culprit.host,

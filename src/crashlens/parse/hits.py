@@ -94,10 +94,11 @@ class HitCollector:
         self, stream: Stream, tb: PartialTraceback, when: float | None, inferred: bool
     ) -> None:
         """Run the exception and traceback detectors on a completed traceback."""
+        where = exception_origin(tb.exceptions[-1])
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
-            if det.origin is not None and exception_origin(tb.exceptions[-1]) not in det.origin:
+            if det.origin is not None and where not in det.origin:
                 continue
             targets: list[tuple[int, str]]
             if det.scope == "traceback":

@@ -42,7 +42,6 @@ from .sandbox import (
     TRAIN_LOG,
     RunResult,
     SandboxUnavailable,
-    check_private_shm,
     mounted_tmpfs,
     occupied_port,
     run_script,
@@ -244,7 +243,12 @@ def render_expected(spec: ReproSpec, exp: Expectation) -> str:
 
 
 def render_capture_md(
-    spec: ReproSpec, result: RunResult, setup: list[str], files: list[str], when: str
+    spec: ReproSpec,
+    result: RunResult,
+    setup: list[str],
+    files: list[str],
+    when: str,
+    matrix: bool = False,
 ) -> str:
     """``CAPTURE.md``: how, with what and when the logs were produced."""
     skip = ("PATH", "LANG", "LC_ALL", "TZ", RUN_MARKER)
@@ -254,12 +258,13 @@ def render_capture_md(
     file_lines = "\n".join(f"- `{f}`" for f in files)
     sig = f" ({result.signal_name})" if result.signal_name else ""
     rel_script = f"src/crashlens/repro/scripts/{spec.script.name}"
+    how = "--matrix " if matrix else ""
     return f"""# Captured fixture `{spec.id}`
 
 {spec.summary}
 
 Captured from a real run on CPU by
-`python -m crashlens.repro.capture --only {spec.id}` (script: `{rel_script}`).
+`python -m crashlens.repro.capture {how}--only {spec.id}` (script: `{rel_script}`).
 The log files are exactly what the run printed: nothing was edited or scrubbed, paths and
 timestamps included.
 
@@ -352,25 +357,24 @@ def capture_one(
                 params["ckpt-dir"] = subdir
             shm = spec.options.get("shm")
             if shm is not None:
-                try:
-                    check_private_shm(shm)
-                except SandboxUnavailable as exc:
-                    return "skip", f"{spec.id}: SKIP {exc}"
                 setup.append(f"the run got a private {shm} /dev/shm (its own mount namespace)")
-            result = run_script(
-                spec.script,
-                workdir=workdir,
-                launcher=spec.launcher,
-                ranks=spec.ranks,
-                timeout_s=spec.timeout_s,
-                params=params,
-                master_port=master_port,
-                torchrun_args=spec.torchrun_args,
-                shm_size=shm,
-                layout=layout,
-                # the occupied port is held in this network namespace, so the run shares it
-                isolate_network=spec.options.get("master_port") != "occupied",
-            )
+            try:
+                result = run_script(
+                    spec.script,
+                    workdir=workdir,
+                    launcher=spec.launcher,
+                    ranks=spec.ranks,
+                    timeout_s=spec.timeout_s,
+                    params=params,
+                    master_port=master_port,
+                    torchrun_args=spec.torchrun_args,
+                    shm_size=shm,
+                    layout=layout,
+                    # the occupied port is held in this network namespace, so the run shares it
+                    isolate_network=spec.options.get("master_port") != "occupied",
+                )
+            except SandboxUnavailable as exc:
+                return "skip", f"{spec.id}: SKIP {exc}"
         problems = check_capture(spec, exp, result)
         if problems:
             keep = True
@@ -388,7 +392,8 @@ def capture_one(
             files.append(rel.as_posix())
         when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         (dest / "CAPTURE.md").write_text(
-            render_capture_md(spec, result, setup, files, when), encoding="utf-8"
+            render_capture_md(spec, result, setup, files, when, matrix=variant is not None),
+            encoding="utf-8",
         )
         expected = render_expected(spec, exp)
         if variant is not None:

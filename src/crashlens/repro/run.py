@@ -36,7 +36,6 @@ from .catalog import BadParameterError, Repro, get
 from .sandbox import (
     RunResult,
     SandboxUnavailable,
-    check_private_shm,
     mounted_tmpfs,
     occupied_port,
     run_script,
@@ -238,28 +237,25 @@ def run_repro(
                 shutil.rmtree(workdir, ignore_errors=True)  # nothing ran; leave ``out`` empty
                 raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
             script_params.setdefault("ckpt-dir", subdir)
-        shm = repro.options.get("shm")
-        if shm is not None:
-            try:
-                check_private_shm(shm)
-            except SandboxUnavailable as exc:
-                shutil.rmtree(workdir, ignore_errors=True)
-                raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
-        result = run_script(
-            repro.script,
-            workdir=workdir,
-            log_root=logs_dir,
-            launcher=repro.launcher,
-            ranks=world,
-            timeout_s=timeout,
-            params=script_params,
-            as_limit_bytes=_as_limit(repro),
-            master_port=master_port,
-            torchrun_args=repro.torchrun_args,
-            # The port the repro must find taken is held out here, in this network namespace.
-            isolate_network=repro.options.get("master_port") != "occupied",
-            shm_size=shm,
-        )
+        try:
+            result = run_script(
+                repro.script,
+                workdir=workdir,
+                log_root=logs_dir,
+                launcher=repro.launcher,
+                ranks=world,
+                timeout_s=timeout,
+                params=script_params,
+                as_limit_bytes=_as_limit(repro),
+                master_port=master_port,
+                torchrun_args=repro.torchrun_args,
+                # The port the repro must find taken is held out here, in this network namespace.
+                isolate_network=repro.options.get("master_port") != "occupied",
+                shm_size=repro.options.get("shm"),
+            )
+        except SandboxUnavailable as exc:  # e.g. no private /dev/shm here; nothing ran
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
 
     from crashlens.api import analyze
 

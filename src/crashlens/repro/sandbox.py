@@ -436,8 +436,12 @@ def run_script(
     children. For torchrun a free ``master_port`` is picked unless one is given (the
     port-in-use repro passes an occupied one). ``log_root`` (default ``workdir``) is where the
     main log and torchrun's ``--log-dir`` go, so that the logs can be kept apart from what the
-    script writes in its working directory. On return no process of the run is left.
+    script writes in its working directory. ``shm_size`` gives the run a private /dev/shm of
+    that size (raises :class:`SandboxUnavailable` where the machine does not allow it). On
+    return no process of the run is left.
     """
+    if shm_size is not None:
+        check_private_shm(shm_size)  # SandboxUnavailable before anything is created
     workdir.mkdir(parents=True, exist_ok=True)
     # The job's script is the user's ``train.py`` in the run directory, as in a real job:
     # wherever crashlens is installed (a wheel's site-packages), its frames are the user's.
