@@ -30,8 +30,8 @@ HANDLED_AFTER_STAMPS = 5
 HANDLED_AFTER_SECONDS = 10.0
 #: ... or when any later line of its writer is stamped this long after it: the process outlived
 #: it (a teardown after a real crash follows within seconds, not a minute). Only when the
-#: traceback's own time is close (its line, or the line right before it, is stamped): an
-#: inferred time from far above is a lower bound that proves nothing.
+#: traceback's time is its own (its line is stamped, or the stamped error record right before
+#: it printed it): an inferred time from far above is a lower bound that proves nothing.
 HANDLED_AFTER_GAP_S = 60.0
 #: A log record at a level whose handlers print the traceback of the exception being handled.
 ERROR_RECORD = regex.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|EXCEPTION|FATAL)\b")
