@@ -241,6 +241,146 @@ class ChildFailure:
     evidence: Evidence
 
 
+@dataclass(frozen=True, slots=True)
+class CollectiveCall:
+    """One entry of a rank's Flight Recorder: a collective (or point-to-point op) it called."""
+
+    #: The entry's ``record_id``: its place in the rank's ring buffer.
+    record: int
+    #: The process group's name and description (``process_group``: ``("0", "default_pg")``).
+    group: str
+    group_desc: str
+    #: ``collective_seq_id`` (``p2p_seq_id`` for a point-to-point op): the same number on every
+    #: rank of the group for the same call.
+    seq: int
+    p2p: bool
+    #: ``profiling_name`` without the backend: ``all_reduce``, ``broadcast``, ``send``.
+    op: str
+    backend: str
+    input_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[str, ...]
+    #: ``scheduled``, ``started`` or ``completed`` (gloo leaves every entry ``scheduled``).
+    state: str
+    #: When the rank called it, in seconds since the epoch (``time_created_ns``).
+    time: float | None
+    timeout_ms: int | None
+    #: The Python stack of the call, innermost first (the pickle format only).
+    frames: tuple[Frame, ...] = ()
+
+    @property
+    def shape(self) -> str:
+        """Sizes and dtypes as one comparable string: ``[[16]] Float``."""
+        sizes = ", ".join("[" + ", ".join(map(str, s)) + "]" for s in self.input_sizes)
+        return f"[{sizes}] {'/'.join(self.input_dtypes)}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class FlightDump:
+    """One rank's Flight Recorder dump, as read (``comm_lib_trace_rank_<N>``)."""
+
+    path: str
+    rank: int
+    #: The dump format's ``version`` (``"2.10"``) and how it was stored.
+    version: str
+    format: Literal["pickle", "json"]
+    #: Process group name -> (description, member ranks), from ``pg_config``.
+    groups: tuple[tuple[str, str, tuple[int, ...]], ...]
+    calls: tuple[CollectiveCall, ...]
+    #: A problem worth saying while reading it (an unknown version), or None.
+    note: str | None = None
+
+    def last_calls(self) -> list[CollectiveCall]:
+        """The last collective of each process group: where the rank was when it dumped."""
+        last: dict[str, CollectiveCall] = {}
+        for call in self.calls:
+            if not call.p2p and (call.group not in last or call.seq > last[call.group].seq):
+                last[call.group] = call
+        return [last[g] for g in sorted(last)]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveFinding:
+    """What the ranks' dumps show about one process group's last collectives.
+
+    ``kind``: ``not_joined`` (``culprits`` never entered the collective ``waiting`` ranks were
+    in), ``mismatch`` (at the same sequence number ``culprits`` called another op, sizes or
+    dtypes), ``no_dump`` (the ranks that left no dump are the only ones that can be missing
+    from it).
+    """
+
+    kind: Literal["not_joined", "mismatch", "no_dump"]
+    group: str
+    group_desc: str
+    seq: int
+    #: What the waiting ranks called at ``seq`` (op and shape), and what the culprits did.
+    op: str
+    shape: str
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]
+    culprit_op: str | None
+    culprit_shape: str | None
+    #: The culprits' last entry in this group (sequence number, op), where they were instead.
+    culprit_last: tuple[int, str] | None
+    #: When the waiting ranks entered the collective (the earliest), and its timeout.
+    time: float | None
+    timeout_ms: int | None
+    #: Members of the group whose dump is not among the inputs.
+    missing_dumps: tuple[int, ...]
+    #: The dump cited (a culprit's, else a waiting rank's) and the culprit's own code at its
+    #: last collective (pickle dumps carry the stack).
+    file: str
+    frame: Frame | None = None
+
+    @property
+    def text(self) -> str:
+        """The finding as one sentence."""
+        who = ranks_text(self.culprits)
+        waiting = ranks_text(self.waiting)
+        where = f"{self.op} #{self.seq} of process group {self.group_label}"
+        if self.kind == "mismatch":
+            theirs = self.culprit_op if self.culprit_op != self.op else self.culprit_shape
+            mine = self.op if self.culprit_op != self.op else self.shape
+            return f"{who} called {theirs} where {waiting} called {mine} ({where})"
+        if self.kind == "no_dump":
+            return f"{who} left no dump; {waiting} waited in {where}"
+        last = (
+            f"; its last collective was {self.culprit_last[1]} #{self.culprit_last[0]}"
+            if self.culprit_last is not None
+            else ""
+        )
+        return f"{who} never entered {where}, which {waiting} waited in{last}"
+
+    @property
+    def group_label(self) -> str:
+        """``0 (default_pg)``."""
+        return f"{self.group} ({self.group_desc})" if self.group_desc else self.group
+
+
+def location(file: str, line: int) -> str:
+    """``file:line``, or the file alone for evidence that has no line (a Flight Recorder dump)."""
+    return f"{file}:{line}" if line > 0 else file
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    """``rank 3``, ``ranks 0, 1, 2``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+@dataclass(frozen=True, slots=True)
+class FlightRecord:
+    """Every Flight Recorder dump read for the job, and what matching them found."""
+
+    dumps: tuple[FlightDump, ...]
+    findings: tuple[CollectiveFinding, ...]
+    #: Members of the job's groups with no dump among the inputs.
+    missing: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class RankSummary:
     """What is known about one rank after reading every file."""

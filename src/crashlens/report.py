@@ -16,6 +16,7 @@ from crashlens.model import (
     Evidence,
     Fact,
     FirstFailure,
+    FlightRecord,
     Frame,
     InputFile,
     RankSummary,
@@ -42,6 +43,8 @@ class Report:
     facts: list[Fact] = field(default_factory=list)
     rules_loaded: int = 0
     tool_version: str = ""
+    #: The Flight Recorder dumps read and what matching them across ranks found.
+    flight: FlightRecord | None = None
     _timeline: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
@@ -154,7 +157,57 @@ class Report:
                 "rules_loaded": self.rules_loaded,
             },
             "notes": list(self.notes),
+            "flight_recorder": _flight(self.flight),
         }
+
+
+def _flight(record: FlightRecord | None) -> dict[str, Any] | None:
+    """The Flight Recorder dumps read and the findings of matching them (docs/json.md)."""
+    if record is None:
+        return None
+    return {
+        "dumps": [
+            {
+                "path": d.path,
+                "rank": d.rank,
+                "version": d.version,
+                "format": d.format,
+                "calls": len(d.calls),
+            }
+            for d in record.dumps
+        ],
+        "missing_ranks": list(record.missing),
+        "findings": [
+            {
+                "kind": f.kind,
+                "text": f.text,
+                "group": f.group,
+                "group_desc": f.group_desc,
+                "seq": f.seq,
+                "op": f.op,
+                "shape": f.shape,
+                "culprits": list(f.culprits),
+                "waiting": list(f.waiting),
+                "culprit_op": f.culprit_op,
+                "culprit_shape": f.culprit_shape,
+                "culprit_last": (
+                    {"seq": f.culprit_last[0], "op": f.culprit_last[1]} if f.culprit_last else None
+                ),
+                "time": iso(f.time),
+                "timeout_ms": f.timeout_ms,
+                "missing_dumps": list(f.missing_dumps),
+                "file": f.file,
+                "frame": _frame(f.frame),
+            }
+            for f in record.findings
+        ],
+        "last_calls": [
+            {"rank": d.rank, "group": c.group, "seq": c.seq, "op": c.op, "time": iso(c.time)}
+            for d in record.dumps
+            for c in d.last_calls()
+        ],
+        "notes": list(record.notes),
+    }
 
 
 def evidence_dict(ev: Evidence) -> dict[str, Any]:

@@ -10,6 +10,11 @@ without them):
 
 For a multi-line event the marked line is its anchor: the ``ExcType: message`` line of a
 traceback, or the line the detector's regex matches.
+
+A fixture can also be a directory ``rules/<area>/<rule-id>/<name>/``: a job's tree as it was
+captured (logs and Flight Recorder dumps), read as ``crashlens analyze`` reads one, with a
+``FIXTURE`` file (YAML) naming the rules that must match (``ruleid: [...]``) and must not
+(``ok: [...]``) anywhere in it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 from crashlens.errors import RuleError
 from crashlens.ingest.discover import attribute
@@ -26,6 +33,8 @@ from crashlens.session import SequentialRunner, Session
 
 DIRECTIVE = "#! "
 FIXTURE_SUFFIXES = (".log", ".txt", ".out", ".err")
+#: The file that makes a directory a fixture (a job tree); its findings have no line (0).
+TREE_FIXTURE = "FIXTURE"
 
 
 @dataclass(slots=True)
@@ -52,14 +61,23 @@ class FixtureResult:
 
 
 def fixture_files(rules_dir: Path) -> list[Path]:
-    """Every rule fixture under ``rules_dir`` (files inside directories named like a rule)."""
-    return sorted(
+    """Every rule fixture under ``rules_dir``: files inside directories named like a rule, and
+    directories there that hold a ``FIXTURE`` file (job trees)."""
+    trees = [t.parent for t in rules_dir.rglob(TREE_FIXTURE) if _names_rule(t.parent.parent)]
+    files = [
         p
         for p in rules_dir.rglob("*")
         if p.is_file()
         and p.suffix in FIXTURE_SUFFIXES
-        and any((p.parent.parent / f"{p.parent.name}{ext}").is_file() for ext in (".yaml", ".yml"))
-    )
+        and _names_rule(p.parent)
+        and not any(t in p.parents for t in trees)
+    ]
+    return sorted([*files, *trees])
+
+
+def _names_rule(directory: Path) -> bool:
+    """Whether ``directory`` sits beside a rule file of its name (``<id>/`` by ``<id>.yaml``)."""
+    return any((directory.parent / f"{directory.name}{ext}").is_file() for ext in (".yaml", ".yml"))
 
 
 def _source(path: Path, header: dict[str, str]) -> Source:
@@ -80,6 +98,8 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
     Raises:
         RuleError: when a marker names a rule that does not exist.
     """
+    if path.is_dir():
+        return _run_tree(path, rules)
     result = FixtureResult(path)
     header: dict[str, str] = {}
     lines: list[tuple[int, str]] = []
@@ -111,4 +131,24 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
     for m in session.match(timeline.hits, timeline.facts):
         for hit in m.hits:
             result.actual[m.rule.id].add(hit.evidence.line)
+    return result
+
+
+def _run_tree(path: Path, rules: RuleSet) -> FixtureResult:
+    """Analyse a job-tree fixture and compare the rules that matched with its ``FIXTURE``."""
+    result = FixtureResult(path)
+    try:
+        spec = yaml.safe_load((path / TREE_FIXTURE).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise RuleError(f"unreadable {TREE_FIXTURE}: {exc}", path=str(path)) from None
+    for key, target in (("ruleid", result.expected), ("ok", result.ok)):
+        for rule_id in spec.get(key) or ():
+            if rule_id not in rules.by_id:
+                raise RuleError(f"{TREE_FIXTURE} names unknown rule '{rule_id}'", path=str(path))
+            target[rule_id].add(0)
+    session = Session(rules, runner=SequentialRunner()).read_paths([path])
+    timeline = session.timeline()
+    hits, _ = session.hits(timeline)
+    for m in session.match(hits, timeline.facts):
+        result.actual[m.rule.id].add(0)
     return result

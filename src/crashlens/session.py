@@ -24,13 +24,25 @@ from typing import Protocol
 
 from crashlens._version import __version__
 from crashlens.align import align, frame_of
+from crashlens.collectives import analyze as match_collectives
+from crashlens.collectives import flight_hits
 from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
+from crashlens.ingest.flight import DumpRefused, looks_like_dump, read_dump
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern
 from crashlens.ingest.read import NotText, Tolerant, compressed, open_binary
 from crashlens.match import Facts, match
-from crashlens.model import FileResult, Hit, InputFile, Match, Source, Timeline
+from crashlens.model import (
+    FileResult,
+    FlightDump,
+    FlightRecord,
+    Hit,
+    InputFile,
+    Match,
+    Source,
+    Timeline,
+)
 from crashlens.parse import (
     BlockIndex,
     FileParser,
@@ -67,6 +79,8 @@ class FileRead:
     result: FileResult | None
     record: InputFile
     timeouts: frozenset[str] = frozenset()
+    #: A Flight Recorder dump, when the file was one (``result`` is then None).
+    dump: FlightDump | None = None
 
 
 class Runner(Protocol):
@@ -216,6 +230,7 @@ class Session:
     scanner: TriggerScanner | None = field(init=False)
     inputs: list[InputFile] = field(default_factory=list, init=False)
     results: list[FileResult] = field(default_factory=list, init=False)
+    dumps: list[FlightDump] = field(default_factory=list, init=False)
     notes: list[str] = field(default_factory=list, init=False)
     timeouts: set[str] = field(default_factory=set, init=False)
     _tb_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
@@ -265,7 +280,9 @@ class Session:
         record = read.record
         self.inputs.append(record)
         self.timeouts.update(read.timeouts)
-        if read.result is not None:
+        if read.dump is not None:
+            self.dumps.append(read.dump)
+        elif read.result is not None:
             self.results.append(read.result)
             if record.note:
                 self.notes.append(f"{record.path}: {record.note}")
@@ -291,6 +308,10 @@ class Session:
                 progress(cand.display, n)
 
         size = _size(cand.path) if cand.display != STDIN else 0
+        dump = _flight_dump(cand) if not cand.skipped and cand.display != STDIN else None
+        if dump is not None:
+            _report_progress(progress, dump, 0)
+            return dump
         result, record = self._read_one(cand, tb_ids, advance, indexer)
         read = FileRead(result, record, frozenset(set(self.matcher.timeouts) - before))
         _report_progress(progress, read, told[0])
@@ -378,6 +399,17 @@ class Session:
         said += [n for n in self.notes if not n.startswith("skipped ")]
         return "; ".join(said) or "no files found"
 
+    def collectives(self) -> FlightRecord | None:
+        """The Flight Recorder dumps read, matched across ranks (None: no dump was read)."""
+        return match_collectives(self.dumps) if self.dumps else None
+
+    def hits(self, timeline: Timeline) -> tuple[list[Hit], FlightRecord | None]:
+        """The timeline's hits and those of the Flight Recorder findings, with the record."""
+        flight = self.collectives()
+        if flight is None:
+            return timeline.hits, None
+        return [*timeline.hits, *flight_hits(flight, self.rules)], flight
+
     def finish(self) -> Report:
         """Rank what was read into the report.
 
@@ -385,10 +417,16 @@ class Session:
             NoInputError: when not a single input file could be read.
         """
         notes = list(self.notes)
-        if not self.results:
+        if not self.results and not self.dumps:
             raise NoInputError(f"nothing readable in the given paths ({self._why_nothing()})")
         timeline = self.timeline()
-        causes, first = rank(self.match(timeline.hits, timeline.facts), timeline)
+        hits, flight = self.hits(timeline)
+        if flight is not None:
+            notes.extend(flight.notes)
+            if flight.missing:
+                missing = ", ".join(map(str, flight.missing))
+                notes.append(f"no Flight Recorder dump for rank(s) {missing}")
+        causes, first = rank(self.match(hits, timeline.facts), timeline)
         notes.extend(f"detector {k} timed out and was skipped" for k in sorted(self.timeouts))
         return Report(
             causes=causes,
@@ -402,7 +440,32 @@ class Session:
             facts=timeline.facts,
             rules_loaded=len(self.rules.rules),
             tool_version=__version__,
+            flight=flight,
         )
+
+
+def _flight_dump(cand: Candidate) -> FileRead | None:
+    """The candidate read as a Flight Recorder dump, when its first bytes say it is one."""
+    try:
+        with cand.path.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    if not looks_like_dump(head):
+        return None
+    size = _size(cand.path)
+    try:
+        dump = read_dump(cand.path, cand.display)
+    except DumpRefused as exc:
+        return FileRead(None, InputFile(cand.display, size, "flight", skipped=str(exc)))
+    except OSError as exc:
+        reason = f"cannot read: {exc.strerror or exc}"
+        return FileRead(None, InputFile(cand.display, size, "flight", skipped=reason))
+    note = (
+        f"Flight Recorder dump of rank {dump.rank}: {len(dump.calls)} calls, "
+        f"format {dump.version} ({dump.format})"
+    )
+    return FileRead(None, InputFile(cand.display, size, "flight", note=note), dump=dump)
 
 
 def input_size(paths: Sequence[str | os.PathLike[str]]) -> int:

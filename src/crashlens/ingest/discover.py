@@ -25,6 +25,8 @@ _HOST_DIR = regex.compile(r"(?i)^(?:node|host|worker|gpu|compute|nid)[\w\-]*?\d+
 _HOST_IN_NAME = regex.compile(r"(?i)(?:^|[_\-.])((?:node|host|worker|nid)[\-_]?\d+)(?=$|[_\-.])")
 _KERNEL_NAME = regex.compile(r"(?i)(?:^|[_\-.])(dmesg|kern\.log|kernel|syslog|messages|journal)")
 _ERROR_JSON = regex.compile(r"(?i)error[\w\-]*\.json$")
+#: A Flight Recorder dump saved with a suffix: the prefix, the rank, ``.pkl`` / ``.pickle``.
+_FLIGHT_DUMP = regex.compile(r"(?i)(?:trace|fr|flight)[\w\-]*?\d+\.(?:pkl|pickle)$")
 _SCHEDULER_NAME = regex.compile(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
 #: Files a job directory holds that are not logs: docs, configs, code, weights, images.
 NOT_LOG_SUFFIXES = frozenset(
@@ -202,7 +204,11 @@ def _check_file(path: Path, display: str) -> Candidate:
         return Candidate(path=path, display=display, skipped=f"cannot stat: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
         return Candidate(path=path, display=display, skipped="not a regular file")
-    if path.suffix.lower() in NOT_LOG_SUFFIXES and not _ERROR_JSON.search(path.name):
+    if (
+        path.suffix.lower() in NOT_LOG_SUFFIXES
+        and not _ERROR_JSON.search(path.name)
+        and not _FLIGHT_DUMP.search(path.name)
+    ):
         return Candidate(path=path, display=display, skipped=f"not a log ({path.suffix} file)")
     return Candidate(path=path, display=display)
 

@@ -13,7 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import iso, plural
+from crashlens.model import iso, location, plural
 from crashlens.render.remedy import to_plain
 from crashlens.render.text import clean, on_ranks
 
@@ -57,7 +57,9 @@ def _annotation(cause: Cause) -> str:
         # Where the user's code failed: the line a reviewer can fix, not the log line.
         props += [f"file={gh_property(frame.file)}", f"line={frame.line}"]
     elif ev is not None:
-        props += [f"file={gh_property(ev.file)}", f"line={ev.line}"]
+        props.append(f"file={gh_property(ev.file)}")
+        if ev.line > 0:
+            props.append(f"line={ev.line}")
     title = f"crashlens: {rule.title} ({rule.cls})"
     props.append(f"title={gh_property(clean(title))}")
     return f"::{level} {','.join(props)}::{gh_data(_message(cause, ev))}"
@@ -78,7 +80,7 @@ def _message(cause: Cause, ev: Evidence | None) -> str:
     ]
     if ev is not None:
         who = "" if ev.rank is None else f"rank {ev.rank}: "
-        lines.append(f"{who}{ev.text} ({ev.file}:{ev.line})")
+        lines.append(f"{who}{ev.text} ({location(ev.file, ev.line)})")
     if cause.user_frame is not None:
         lines.append(f"In your code: {cause.user_frame}")
     if cause.explains:
@@ -116,7 +118,7 @@ def render_junit(report: Report, **_: Any) -> str:
         who = "the process" if ff.rank is None else f"rank {ff.rank}"
         out = ET.SubElement(suite, "system-out")
         out.text = xml_safe(
-            f"{report.verdict}\nFirst failure: {who} ({ff.file}:{ff.line}): {ff.text}"
+            f"{report.verdict}\nFirst failure: {who} ({location(ff.file, ff.line)}): {ff.text}"
         )
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
@@ -140,7 +142,7 @@ def _details(cause: Cause) -> str:
     for ev in cause.evidence:
         who = "rank ?" if ev.rank is None else f"rank {ev.rank}"
         when = iso(ev.time) or "no time"
-        lines.append(f"{ev.file}:{ev.line} {who} {when}\n    {ev.text}")
+        lines.append(f"{location(ev.file, ev.line)} {who} {when}\n    {ev.text}")
     if cause.user_frame is not None:
         lines.append(f"In your code: {cause.user_frame}")
     if cause.explains:

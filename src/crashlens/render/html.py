@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import headline, iso, plural
+from crashlens.model import headline, iso, location, plural
 from crashlens.render.remedy import is_http_url, to_html
 from crashlens.render.text import clean, rank_list
 
@@ -66,6 +66,7 @@ def render(report: Report, *, title: str | None = None, **_: Any) -> str:
             _cascade(report),
             _environment(report),
             _tracebacks(report),
+            _collectives(report),
             _rank_table(report),
             _inventory(report),
             _footer(report),
@@ -118,7 +119,7 @@ def _first_failure(report: Report) -> str:
         ("Rank", "?" if ff.rank is None else str(ff.rank)),
         ("Host", ff.host or "unknown"),
         ("Time", _ff_time(report)),
-        ("Where", f"{ff.file}:{ff.line}"),
+        ("Where", location(ff.file, ff.line)),
         ("Kind", ff.kind),
         ("Rule", ff.rule_id or "-"),
     ]
@@ -218,7 +219,7 @@ def _reference(ref: str) -> str:
 def _evidence(ev: Evidence) -> str:
     who = "rank ?" if ev.rank is None else f"rank {ev.rank}"
     host = f" · {ev.host}" if ev.host else ""
-    where = f"{ev.file}:{ev.line}"
+    where = location(ev.file, ev.line)
     context = "".join(f'<span class="ctx">{esc(line)}</span>\n' for line in ev.context)
     return (
         '<div class="evidence">'
@@ -323,6 +324,41 @@ def _tracebacks(report: Report) -> str:
 
 
 # --- ranks and inventory ----------------------------------------------------------------------
+
+
+def _collectives(report: Report) -> str:
+    """Where each rank was in its collectives when it dumped its Flight Recorder record: the
+    finding's culprits and waiting ranks marked, and ranks that left no dump listed."""
+    record = report.flight
+    if record is None:
+        return ""
+    role: dict[int, str] = {}
+    for f in record.findings:
+        role.update({r: "waiting" for r in f.waiting})
+        role.update({r: "culprit" for r in f.culprits})
+    findings = "".join(f"<p class='finding'>{esc(f.text)}</p>" for f in record.findings)
+    rows = "".join(
+        f"<tr class='{role.get(d.rank, '')}'><td class='n'>{d.rank}</td>"
+        f"<td><code>{esc(c.op)}</code> #{c.seq}</td><td>{esc(c.group)}</td>"
+        f"<td>{esc(c.shape)}</td><td>{esc(_when(c.time, inferred=False))}</td>"
+        f"<td>{esc(role.get(d.rank, '-'))}</td></tr>"
+        for d in record.dumps
+        for c in d.last_calls()
+    )
+    rows += "".join(
+        f"<tr class='culprit'><td class='n'>{r}</td><td colspan='4'>no dump</td>"
+        f"<td>{esc(role.get(r, '-'))}</td></tr>"
+        for r in record.missing
+    )
+    versions = ", ".join(sorted({d.version for d in record.dumps}))
+    return (
+        '<section class="card collectives">\n<h2>Collectives (Flight Recorder)</h2>\n'
+        f"{findings}<p class='muted'>{plural(len(record.dumps), 'dump')}, format "
+        f"{esc(versions)}; each rank's last collective per process group</p>"
+        '<table class="grid"><thead><tr><th>Rank</th><th>Last collective</th><th>Group</th>'
+        "<th>Shape</th><th>Called</th><th>Role</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
 
 
 def _rank_table(report: Report) -> str:
@@ -545,6 +581,7 @@ def _marks(report: Report, rank_lane: dict[int, int], other_lane: dict[str, int]
         first = ff is not None and (ff.file, ff.line) == (source, line)
         tip = _tooltip(rows, process=alone)
         marks.append(Mark(lane, min(times) if times else None, cat, tip, first))
+    marks += _collective_marks(report, rank_lane)
     # Nothing fatal happened before the first failure: an earlier line of a cause (a handled
     # exception, a warning) is drawn as an ordinary signal.
     start = next((m.time for m in marks if m.first and m.time is not None), None)
@@ -557,6 +594,29 @@ def _marks(report: Report, rank_lane: dict[int, int], other_lane: dict[str, int]
             else m
             for m in marks
         ]
+    return marks
+
+
+def _collective_marks(report: Report, rank_lane: dict[int, int]) -> list[Mark]:
+    """Each dumped rank's last collective in a finding's group, on its lane: the stuck call the
+    others waited in, and where a culprit was instead."""
+    record = report.flight
+    if record is None:
+        return []
+    marks = []
+    for f in record.findings:
+        for dump in record.dumps:
+            lane = rank_lane.get(dump.rank)
+            call = next((c for c in dump.last_calls() if c.group == f.group), None)
+            if lane is None or call is None or call.time is None:
+                continue
+            culprit = dump.rank in f.culprits
+            tip = (
+                f"rank {dump.rank} · {iso(call.time)}\nFlight Recorder: "
+                f"{'last entered' if culprit else 'waiting in'} {call.op} #{call.seq} "
+                f"of group {f.group_label}"
+            )
+            marks.append(Mark(lane, call.time, "fatal" if culprit else "symptom", tip, False))
     return marks
 
 
@@ -845,6 +905,9 @@ vertical-align:top;font-size:13px}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 .kv th{text-align:left;padding:3px 12px 3px 0;color:var(--muted);font-weight:500}
 .muted{color:var(--muted);margin:0 0 10px}
+.collectives tr.culprit td{background:rgba(220,38,38,.12);font-weight:600}
+.collectives tr.waiting td{color:var(--muted)}
+.finding{font-weight:600}
 details{border:1px solid var(--line);border-radius:6px;margin:6px 0;padding:0 10px}
 details>summary{cursor:pointer;padding:6px 0}
 details>summary h2{display:inline;font-size:16px}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import iso, plural
+from crashlens.model import iso, location, plural
 from crashlens.render.text import clean, on_ranks, rank_list
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _first_failure(report: Report) -> list[str]:
     when = f" at {iso(ff.time)}" if ff.time is not None else ""
     frame = f" (in your code: {inline_code(str(ff.frame))})" if ff.frame is not None else ""
     return [
-        f"**First failure:** {who}{host}{when} — {inline_code(f'{ff.file}:{ff.line}')}{frame}",
+        f"**First failure:** {who}{host}{when} — {inline_code(location(ff.file, ff.line))}{frame}",
         fence([ff.text]),
     ]
 
@@ -141,7 +141,7 @@ def _evidence_head(ev: Evidence) -> str:
     host = f" ({md_text(ev.host)})" if ev.host else ""
     when = iso(ev.time)
     stamp = f", {when}{'~' if ev.time_inferred else ''}" if when else ""
-    return f"{inline_code(f'{ev.file}:{ev.line}')} — {who}{host}{stamp}"
+    return f"{inline_code(location(ev.file, ev.line))} — {who}{host}{stamp}"
 
 
 def _details(report: Report) -> list[str]:

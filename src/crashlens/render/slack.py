@@ -17,7 +17,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from crashlens.errors import CrashlensError
-from crashlens.model import iso, plural
+from crashlens.model import iso, location, plural
 from crashlens.render.remedy import to_mrkdwn
 from crashlens.render.text import clean, cut_words, on_ranks
 
@@ -127,7 +127,7 @@ def _first_failure(report: Report) -> list[dict[str, Any]]:
     who = "the process" if ff.rank is None else f"rank {ff.rank}"
     host = f" on {slack_escape(ff.host)}" if ff.host else ""
     when = f" at {iso(ff.time)}" if ff.time is not None else ""
-    where = slack_escape(f"{ff.file}:{ff.line}").replace("`", "'")
+    where = slack_escape(location(ff.file, ff.line)).replace("`", "'")
     return [_section(f"*First failure:* {who}{host}{when} (`{where}`)")]
 
 

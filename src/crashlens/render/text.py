@@ -24,7 +24,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from crashlens.model import iso, plural
+from crashlens.model import iso, location, plural
 from crashlens.render.remedy import to_plain
 
 if TYPE_CHECKING:
@@ -201,7 +201,29 @@ def view(report: Report, *, verbose: bool = False) -> list[Row]:
         rows += _summary(report, top)
     if marks.inferred:
         rows.append(Row(Text(INFERRED_LEGEND, "dim")))
+    rows += _flight(report, verbose=verbose)
     rows += _inventory(report, verbose=verbose)
+    return rows
+
+
+def _flight(report: Report, *, verbose: bool) -> list[Row]:
+    """What the Flight Recorder dumps say: how many were read, whose are missing, and (verbose)
+    each finding and where each rank was."""
+    record = report.flight
+    if record is None:
+        return []
+    versions = sorted({d.version for d in record.dumps})
+    said = f"{plural(len(record.dumps), 'dump')} (format {', '.join(versions) or '?'})"
+    if record.missing:
+        said += f"; no dump from rank {rank_list(list(record.missing))}"
+    rows = [Row(_text(said), Text("Flight Recorder: ", "bold"))]
+    if verbose:
+        rows += [Row(_text(f.text), indent=2) for f in record.findings]
+        for dump in record.dumps:
+            last = ", ".join(f"{c.op} #{c.seq} ({c.group})" for c in dump.last_calls())
+            rows.append(
+                Row(_text(f"rank {dump.rank} last called {last or 'nothing'}", "dim"), indent=2)
+            )
     return rows
 
 
@@ -225,7 +247,7 @@ def _first_failure(ff: FirstFailure, marks: _Marks, *, verbose: bool) -> list[Ro
     when = marks.when(ff.time, ff.time_inferred)
     at = f" at {when}" if when else ""
     verb = " stopped first (hang)" if ff.kind == "hang" else " failed first"
-    rows = [Row(_text(f"{at} ({ff.file}:{ff.line})"), Text(f"{who}{host}{verb}", "bold"))]
+    rows = [Row(_text(f"{at} ({location(ff.file, ff.line)})"), Text(f"{who}{host}{verb}", "bold"))]
     if ff.frame is not None:
         rows.append(Row(_text(str(ff.frame)), Text("in your code: ", "dim"), indent=2))
     text = ff.text if verbose else cut_words(ff.text, SHORT_MESSAGE)
@@ -295,7 +317,7 @@ def _cause_block(i: int, cause: Cause, ff: FirstFailure | None, marks: _Marks) -
 
 
 def _evidence(ev: Evidence, ff: FirstFailure | None, marks: _Marks) -> list[Row]:
-    parts = [f"{ev.file}:{ev.line}"]
+    parts = [location(ev.file, ev.line)]
     if ev.rank is not None:
         parts.append(f"rank {ev.rank}")
     if ev.host:

@@ -36,6 +36,7 @@ from .catalog import SCRIPTS_DIR, discover, parse_header
 from .catalog import Repro as ReproSpec
 from .sandbox import (
     CONSOLE_LOG,
+    FLIGHT_RECORDER_DIR,
     RUN_MARKER,
     TORCHRUN_LAYOUTS,
     TORCHRUN_LOG_DIR,
@@ -169,6 +170,13 @@ EXPECTATIONS: dict[str, Expectation] = {
         evidence="Detected mismatch between collectives on ranks",
         first_failure_rank=1,
     ),
+    "collective_hang": Expectation(
+        description="4-rank torchrun (gloo, 5 s timeout, Flight Recorder on): at step 3 the odd "
+        "rank broadcasts, all-reduces another size, or raises, where the others all-reduce; they "
+        "hang until gloo's timeout, and every live rank writes its Flight Recorder dump.",
+        evidence="flight recorder dump written",
+        first_failure_rank=2,
+    ),
     "rank0_works_alone": Expectation(
         description="2-rank torchrun (gloo, 5 s timeout): rank 0 prepares the dataset alone for "
         "14 s while rank 1 waits in a barrier and times out; rank 0 is the one waited for.",
@@ -211,6 +219,10 @@ def check_capture(spec: ReproSpec, exp: Expectation, result: RunResult) -> list[
         problems.append(f"exit code {result.exit_code}, expected {exp.exit_code}")
     if exp.evidence not in _read_logs(result):
         problems.append(f"evidence {exp.evidence!r} not found in the logs")
+    if spec.flight_recorder and not any(
+        rel.parts[0] == FLIGHT_RECORDER_DIR for rel in result.logs if rel.parts
+    ):
+        problems.append("no Flight Recorder dump was written")
     tree = result.logs_dir / TORCHRUN_LOG_DIR
     if exp.rank_marker is not None and exp.first_failure_rank is not None and tree.is_dir():
         rank_logs = sorted(tree.glob(f"*/attempt_0/{exp.first_failure_rank}/stderr.log"))
@@ -299,11 +311,14 @@ Files:
 @dataclass(frozen=True)
 class Variant:
     """One cell of the capture matrix: a launch layout and the script parameters of the run;
-    ``first_rank`` is the rank those parameters break (the expected first failing rank)."""
+    ``first_rank`` is the rank those parameters break (the expected first failing rank);
+    ``evidence``, when given, replaces the repro's: what the root-cause line of this run says
+    (for a diagnosis from Flight Recorder dumps, words of the finding that the logs hold too)."""
 
     layout: str
     params: tuple[tuple[str, str], ...] = ()
     first_rank: int | None = None
+    evidence: str | None = None
 
     @property
     def name(self) -> str:
@@ -329,6 +344,8 @@ def capture_one(
         return "failed", f"{spec.id}: no expectation registered in capture.EXPECTATIONS"
     if variant is not None and variant.params:
         exp = dataclasses.replace(exp, first_failure_rank=variant.first_rank)
+    if variant is not None and variant.evidence is not None:
+        exp = dataclasses.replace(exp, evidence=variant.evidence)
     if spec.gpu:
         return "skip", f"{spec.id}: SKIP needs a GPU"
     keep = keep_workdir
@@ -370,6 +387,7 @@ def capture_one(
                     torchrun_args=spec.torchrun_args,
                     shm_size=shm,
                     layout=layout,
+                    flight_recorder=spec.flight_recorder,
                     # the occupied port is held in this network namespace, so the run shares it
                     isolate_network=spec.options.get("master_port") != "occupied",
                 )
@@ -425,6 +443,23 @@ OTHER_PARAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rank_exception_cascade": ("bad-step", ("1", "4", "7")),
 }
 DEFAULT_MATRIX_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "captured"
+DEFAULT_FLIGHT_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "flight"
+#: The runs whose Flight Recorder dumps are fixtures (``--flight``): each way a rank leaves the
+#: others' collectives, with the rank it breaks.
+FLIGHT_CELLS: dict[str, tuple[Variant, ...]] = {
+    "collective_hang": (
+        Variant("tee", (("fault", "desync"), ("odd-rank", "2")), 2, "broadcast"),
+        Variant("tee", (("fault", "desync"), ("odd-rank", "1")), 1, "broadcast"),
+        Variant("tee-console", (("fault", "desync"), ("odd-rank", "3")), 3, "broadcast"),
+        Variant("tee", (("fault", "size"), ("odd-rank", "2")), 2, "all_reduce"),
+        Variant("tee", (("fault", "raise"), ("odd-rank", "3")), 3, "KeyError: 'eval_loss'"),
+    ),
+    "gloo_hang": (
+        Variant("tee", (("hang-rank", "1"),), 1, "all_reduce"),
+        Variant("tee", (("hang-rank", "2"),), 2, "all_reduce"),
+    ),
+    "rank0_works_alone": (Variant("tee", (), 0, "barrier"),),
+}
 
 
 def matrix_of(spec: ReproSpec) -> list[Variant]:
@@ -462,6 +497,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="capture every layout (and every rank a repro can break) into fixtures/captured/",
     )
     parser.add_argument(
+        "--flight",
+        action="store_true",
+        help="capture the runs that write Flight Recorder dumps into fixtures/flight/",
+    )
+    parser.add_argument(
         "--keep-workdir", action="store_true", help="do not delete the temporary working dirs"
     )
     args = parser.parse_args(argv)
@@ -482,6 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec in specs:
         cells: list[Variant | None] = list(matrix_of(spec)) if args.matrix else [None]
         out = DEFAULT_MATRIX_OUT if args.matrix and args.out == DEFAULT_OUT else args.out
+        if args.flight:
+            cells = list(FLIGHT_CELLS.get(spec.id, ()))
+            out = DEFAULT_FLIGHT_OUT if args.out == DEFAULT_OUT else args.out
         for cell in cells:
             label = spec.id if cell is None else f"{spec.id}/{cell.name}"
             print(f"capturing {label} ...", flush=True)

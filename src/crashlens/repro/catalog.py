@@ -15,7 +15,10 @@ module docstring carries one header line::
 - ``tmpfs=<subdir>:<size>``: mount a small tmpfs at ``<workdir>/<subdir>`` (needs root);
 - ``as_limit=<n>g|none``: address-space limit (RLIMIT_AS) of the run;
 - ``shm=<size>``: the run gets a private /dev/shm of that size (a mount namespace; needs root);
-- ``torchrun_args=<a>[,<b>]``: extra torchrun options (e.g. ``--monitor-interval=5``).
+- ``torchrun_args=<a>[,<b>]``: extra torchrun options (e.g. ``--monitor-interval=5``);
+- ``fr=yes``: the run records collectives in the Flight Recorder (``TORCH_FR_BUFFER_SIZE``)
+  and the script writes each rank's dump under ``<logs>/flight_recorder/``
+  (``TORCH_FR_DUMP_TEMP_FILE``).
 
 A script's parameters are its ``parser.add_argument("--name", ...)`` calls, read from the source
 (nothing is imported or run), so ``repro run --set name=value`` can be checked before a process
@@ -106,6 +109,11 @@ class Repro:
         """Modules the script imports besides torch."""
         value = self.options.get("requires", "")
         return tuple(m for m in value.split(",") if m)
+
+    @property
+    def flight_recorder(self) -> bool:
+        """Whether the run records collectives and keeps each rank's Flight Recorder dump."""
+        return self.options.get("fr") == "yes"
 
     @property
     def torchrun_args(self) -> tuple[str, ...]:

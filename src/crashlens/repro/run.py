@@ -252,6 +252,7 @@ def run_repro(
                 # The port the repro must find taken is held out here, in this network namespace.
                 isolate_network=repro.options.get("master_port") != "occupied",
                 shm_size=repro.options.get("shm"),
+                flight_recorder=repro.flight_recorder,
             )
         except SandboxUnavailable as exc:  # e.g. no private /dev/shm here; nothing ran
             shutil.rmtree(workdir, ignore_errors=True)

@@ -49,6 +49,12 @@ CONSOLE_LOG = "console.log"
 TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects", "filtered-console")
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
+#: Where a run that records collectives (``fr=yes``) has its ranks write Flight Recorder dumps.
+FLIGHT_RECORDER_DIR = "flight_recorder"
+#: The file prefix of a dump: ProcessGroupNCCL's default name, the global rank appended.
+FLIGHT_RECORDER_PREFIX = "comm_lib_trace_rank_"
+#: Entries each rank's Flight Recorder keeps (``TORCH_FR_BUFFER_SIZE``).
+FLIGHT_RECORDER_ENTRIES = 2000
 
 #: Environment variable that marks every process of one run (see :func:`marked_processes`).
 RUN_MARKER = "CRASHLENS_REPRO_RUN"
@@ -404,9 +410,11 @@ def kill_marked(marker: str, grace_s: float = _TERM_GRACE_S) -> None:
 
 def _collect_logs(log_root: Path, main_log: Path) -> list[Path]:
     logs = [main_log.relative_to(log_root)]
-    log_dir = log_root / TORCHRUN_LOG_DIR
-    if log_dir.is_dir():
-        logs += sorted(p.relative_to(log_root) for p in log_dir.rglob("*") if p.is_file())
+    for sub in (TORCHRUN_LOG_DIR, FLIGHT_RECORDER_DIR):
+        if (log_root / sub).is_dir():
+            logs += sorted(
+                p.relative_to(log_root) for p in (log_root / sub).rglob("*") if p.is_file()
+            )
     return logs
 
 
@@ -426,6 +434,7 @@ def run_script(
     isolate_network: bool = True,
     shm_size: str | None = None,
     layout: str = "tee",
+    flight_recorder: bool = False,
 ) -> RunResult:
     """Run ``script`` in ``workdir`` (copied there as ``train.py``) and capture its logs there.
 
@@ -437,8 +446,10 @@ def run_script(
     port-in-use repro passes an occupied one). ``log_root`` (default ``workdir``) is where the
     main log and torchrun's ``--log-dir`` go, so that the logs can be kept apart from what the
     script writes in its working directory. ``shm_size`` gives the run a private /dev/shm of
-    that size (raises :class:`SandboxUnavailable` where the machine does not allow it). On
-    return no process of the run is left.
+    that size (raises :class:`SandboxUnavailable` where the machine does not allow it).
+    ``flight_recorder`` turns on the Flight Recorder (``TORCH_FR_BUFFER_SIZE``) and points the
+    dumps' prefix (``TORCH_FR_DUMP_TEMP_FILE``) into ``<log_root>/flight_recorder/``, which is
+    collected with the logs. On return no process of the run is left.
     """
     if shm_size is not None:
         check_private_shm(shm_size)  # SandboxUnavailable before anything is created
@@ -471,6 +482,11 @@ def run_script(
     marker = uuid.uuid4().hex
     env = build_env(workdir, extra_env)
     env[RUN_MARKER] = marker
+    if flight_recorder:
+        env["TORCH_FR_BUFFER_SIZE"] = str(FLIGHT_RECORDER_ENTRIES)
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(
+            log_root / FLIGHT_RECORDER_DIR / FLIGHT_RECORDER_PREFIX
+        )
     with short_tmpdir(Path(env["TMPDIR"]), marker) as tmp:
         env["TMPDIR"] = str(tmp)
         return _run(command, workdir, env, main_log, log_root, marker, timeout_s,

@@ -17,6 +17,7 @@ from crashlens.rulebase.conditions import parse_spec
 from crashlens.rulebase.literals import required_literals
 from crashlens.rulebase.schema import (
     FACT_TESTS,
+    FLIGHT_KINDS,
     SEVERITY_WEIGHT,
     Condition,
     Detector,
@@ -32,6 +33,8 @@ _RULE_KEYS = {
     "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
+#: The pattern of a ``flight:`` detector: it never matches a line.
+_NEVER = regex.compile(r"(?!)")
 _ORIGINS = {"user", "called", "library", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
@@ -393,6 +396,9 @@ def _detectors(value: Any, path: str, node: dict[str, Any]) -> tuple[Detector, .
             continue
         if isinstance(spec, str):
             spec = {"regex": spec, "__line__": _line(value)}
+        if isinstance(spec, dict) and "flight" in spec:
+            out.append(_flight_detector(str(name), spec, path))
+            continue
         if not isinstance(spec, dict) or "regex" not in spec:
             raise _fail(f"detector '{name}' needs a 'regex'", path, value)
         unknown = set(spec) - _DETECTOR_KEYS - {"__line__"}
@@ -401,6 +407,18 @@ def _detectors(value: Any, path: str, node: dict[str, Any]) -> tuple[Detector, .
             raise _fail(f"detector '{name}': unknown key(s) {keys}", path, spec)
         out.append(_detector(str(name), spec, path))
     return tuple(out)
+
+
+def _flight_detector(name: str, spec: dict[str, Any], path: str) -> Detector:
+    """A detector of Flight Recorder findings: ``{flight: not_joined}`` and nothing else."""
+    unknown = set(spec) - {"flight", "__line__"}
+    if unknown:
+        keys = sorted(map(str, unknown))
+        raise _fail(f"detector '{name}': a flight detector takes no other key {keys}", path, spec)
+    kind = spec["flight"]
+    if kind not in FLIGHT_KINDS:
+        raise _fail(f"detector '{name}': flight must be one of {list(FLIGHT_KINDS)}", path, spec)
+    return Detector(name=name, pattern=_NEVER, scope="flight", literals=(), flight=str(kind))
 
 
 def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:

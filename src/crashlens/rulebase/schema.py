@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Scope = Literal["line", "exception", "traceback"]
+Scope = Literal["line", "exception", "traceback", "flight"]
+#: What matching Flight Recorder dumps can find (``flight:`` detectors; crashlens.collectives).
+FLIGHT_KINDS = ("not_joined", "mismatch", "no_dump")
 Same = Literal["rank", "host", "job"]
 
 SEVERITY_WEIGHT: dict[str, float] = {
@@ -30,6 +32,9 @@ class Detector:
     #: Exception detectors only: where the exception was raised, by its innermost frame
     #: (``user`` code, a ``library``, or ``none`` when the traceback shows no frame).
     origin: frozenset[str] | None = None
+    #: Flight Recorder detectors only (scope ``flight``): the kind of finding they stand for;
+    #: their ``pattern`` never matches a line.
+    flight: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,4 +163,6 @@ class RuleSet:
 
     def exception_detectors(self) -> list[tuple[Rule, Detector]]:
         """Detectors run on assembled tracebacks (exception text or whole traceback)."""
-        return [(r, d) for r in self.rules for d in r.detectors if d.scope != "line"]
+        return [
+            (r, d) for r in self.rules for d in r.detectors if d.scope in ("exception", "traceback")
+        ]
