@@ -243,3 +243,40 @@ def test_same_culprit_as_pytorchs_own_analyzer(case: Path, tmp_path: Path) -> No
     # is not the source of the error", flight_recorder/components/utils.py): when that dump is
     # the odd rank's, it names every other rank. crashlens counts the ranks instead.
     assert culprits == set(finding.waiting), said[-2000:]
+
+
+def test_missing_dumps_lower_the_confidence_and_are_named(tmp_path: Path) -> None:
+    case = FLIGHT / "collective_hang" / "tee-faultdesync-odd-rank2"
+    shutil.copytree(case, tmp_path / "job")
+    (tmp_path / "job" / "flight_recorder" / "comm_lib_trace_rank_0").unlink()
+    full, partial = analyze([case]), analyze([tmp_path / "job"])
+    assert full.primary is not None and partial.primary is not None
+    assert partial.primary.rule_id == full.primary.rule_id == "flight-recorder-mismatch"
+    assert partial.first_failure is not None and partial.first_failure.rank == 2
+    assert partial.primary.confidence < full.primary.confidence
+    assert any("no Flight Recorder dump for rank(s) 0" in n for n in partial.notes)
+
+
+def test_the_cli_exits_1_with_the_hang_as_the_cause() -> None:
+    case = FLIGHT / "gloo_hang" / "tee-hang-rank1"
+    run = subprocess.run(
+        [sys.executable, "-m", "crashlens", "analyze", "--format", "json", str(case)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    data = json.loads(run.stdout)
+    assert data["causes"][0]["rule"] == "flight-recorder-not-joined"
+    assert data["first_failure"]["rank"] == 1
+    assert "rank 1 never entered all_reduce #4" in data["causes"][0]["evidence"][0]["text"]
+
+
+def test_a_dump_cut_off_when_its_rank_was_killed_is_skipped_with_a_note() -> None:
+    """torchrun killed the stalled rank as it began its dump: an empty ``.tmp`` is left."""
+    case = FLIGHT / "gloo_hang" / "tee-hang-rank2"
+    partial = case / "flight_recorder" / "comm_lib_trace_rank_2.tmp"
+    assert partial.is_file() and partial.stat().st_size == 0
+    report = analyze([case])
+    (record,) = [f for f in report.inputs if f.path.endswith("comm_lib_trace_rank_2.tmp")]
+    assert record.note == "empty file"
+    assert report.flight is not None and report.flight.missing == (2,)
+    assert report.first_failure is not None and report.first_failure.rank == 2

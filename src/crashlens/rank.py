@@ -42,6 +42,9 @@ LATER_FACTOR = 0.75
 FALLBACK_FACTOR = 0.6
 SYMPTOM_FACTOR = 0.5
 EXPLAIN_BONUS = 0.05
+#: A finding matched over Flight Recorder dumps that lack some ranks' (``missing_dumps``): the
+#: absent ranks might have shown something else.
+PARTIAL_DUMPS_FACTOR = 0.8
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -421,6 +424,8 @@ def _score(cause: Cause, first: FirstFailure | None, *, at_first: bool = False) 
     score = m.rule.weight * fatal_factor * (1.0 if at_first else LATER_FACTOR)
     if m.rule.fallback:
         score *= FALLBACK_FACTOR
+    if any("missing_dumps" in h.fields for h in m.hits):
+        score *= PARTIAL_DUMPS_FACTOR
     score += min(2, len(cause.explains)) * EXPLAIN_BONUS
     return round(min(1.0, score), 2)
 

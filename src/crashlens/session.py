@@ -14,6 +14,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import stat
 import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -447,10 +448,17 @@ class Session:
 def _flight_dump(cand: Candidate) -> FileRead | None:
     """The candidate read as a Flight Recorder dump, when its first bytes say it is one."""
     try:
-        with cand.path.open("rb") as f:
-            head = f.read(64)
+        # Non-blocking, and only a regular file: a path swapped for a FIFO after discovery
+        # must not block the analysis (the text reader reports it).
+        fd = os.open(cand.path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        head = os.read(fd, 64) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
     if not looks_like_dump(head):
         return None
     size = _size(cand.path)
