@@ -147,7 +147,7 @@ def _finding(
         last_own = max(before, key=lambda c: c.seq) if before else None
     entered = [t for r in waiting if (t := present[r].time) is not None]
     cited = next((r for r in culprits if r in dumps), waiting[0] if waiting else culprits[0])
-    frame = next((f for f in (last_own.frames if last_own else ()) if f.user_code), None)
+    frame = last_own.user_frame if last_own is not None else None
     return CollectiveFinding(
         kind=kind,  # type: ignore[arg-type]
         group=group,

@@ -266,8 +266,8 @@ class CollectiveCall:
     #: When the rank called it, in seconds since the epoch (``time_created_ns``).
     time: float | None
     timeout_ms: int | None
-    #: The Python stack of the call, innermost first (the pickle format only).
-    frames: tuple[Frame, ...] = ()
+    #: The innermost frame of the user's code in the call's stack (pickle dumps carry stacks).
+    user_frame: Frame | None = None
 
     @property
     def shape(self) -> str:

@@ -7,17 +7,17 @@ ProcessGroupNCCL writes one file per rank when a collective times out
 ``nccl_trace_rank_`` by default) and the global rank. The file is a pickle of plain containers;
 ``torch._C._distributed_c10d._dump_fr_trace_json()`` gives the same content as JSON. Both are read.
 
-A pickle is untrusted input: it is read only when every opcode in it builds plain data (dicts,
-lists, tuples, strings, numbers); a dump that names any Python object (``os.system``, a class) is
-refused with a note, and the unpickler that finally reads it resolves no name at all.
+A pickle is untrusted input: it is read by an unpickler that resolves no global name, so it can
+only build plain data (dicts, lists, tuples, strings, numbers); a dump that names any Python
+object (``os.system``, a class) is refused with a note, before anything of it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import pickle
-import pickletools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,65 +34,6 @@ KNOWN_VERSION = (2, 10)
 
 _RANK_SUFFIX = regex.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
 _JSON_HEAD = regex.compile(rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version)"')
-#: Opcodes that only build plain data; anything else (GLOBAL, REDUCE, BUILD, NEWOBJ, INST,
-#: persistent ids, out-of-band buffers) is refused before unpickling.
-_PLAIN_OPCODES = frozenset(
-    (
-        "PROTO",
-        "FRAME",
-        "STOP",
-        "MARK",
-        "POP",
-        "POP_MARK",
-        "DUP",
-        "NONE",
-        "NEWTRUE",
-        "NEWFALSE",
-        "INT",
-        "BININT",
-        "BININT1",
-        "BININT2",
-        "LONG",
-        "LONG1",
-        "LONG4",
-        "FLOAT",
-        "BINFLOAT",
-        "STRING",
-        "BINSTRING",
-        "SHORT_BINSTRING",
-        "BINBYTES",
-        "SHORT_BINBYTES",
-        "BINBYTES8",
-        "UNICODE",
-        "SHORT_BINUNICODE",
-        "BINUNICODE",
-        "BINUNICODE8",
-        "EMPTY_LIST",
-        "APPEND",
-        "APPENDS",
-        "LIST",
-        "EMPTY_TUPLE",
-        "TUPLE",
-        "TUPLE1",
-        "TUPLE2",
-        "TUPLE3",
-        "EMPTY_DICT",
-        "DICT",
-        "SETITEM",
-        "SETITEMS",
-        "EMPTY_SET",
-        "ADDITEMS",
-        "FROZENSET",
-        "GET",
-        "BINGET",
-        "LONG_BINGET",
-        "PUT",
-        "BINPUT",
-        "LONG_BINPUT",
-        "MEMOIZE",
-    )
-)
-_NAME_OPCODES = frozenset(["GLOBAL", "STACK_GLOBAL", "INST"])
 
 
 class DumpRefused(ValueError):
@@ -140,34 +81,28 @@ def read_dump(path: Path, display: str) -> FlightDump:
 
 def _safe_unpickle(data: bytes) -> Any:
     try:
-        ops = list(pickletools.genops(data))
-    except (ValueError, EOFError) as exc:
-        raise DumpRefused(f"not a readable Flight Recorder dump: {exc}") from None
-    strings: list[str] = []
-    for op, arg, _ in ops:
-        if op.name in _NAME_OPCODES:
-            named = (
-                str(arg).replace(" ", ".") if op.name != "STACK_GLOBAL" else ".".join(strings[-2:])
-            )
-            raise DumpRefused(
-                f"refused a pickle that names a Python object ({named}): a Flight Recorder "
-                "dump holds only plain data"
-            )
-        if op.name not in _PLAIN_OPCODES:
-            raise DumpRefused(f"refused a pickle with opcode {op.name}: not plain data")
-        if isinstance(arg, str):
-            strings.append(arg)
-    try:
         return _NoNames(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, ValueError, EOFError, TypeError) as exc:
+    except _NamesObject as exc:
+        raise DumpRefused(
+            f"refused a pickle that names a Python object ({exc}): a Flight Recorder dump "
+            "holds only plain data"
+        ) from None
+    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, IndexError) as exc:
         raise DumpRefused(f"not a readable Flight Recorder dump: {exc}") from None
+
+
+class _NamesObject(Exception):
+    """The pickle asked for a global name (a class, a function)."""
 
 
 class _NoNames(pickle.Unpickler):
-    """An unpickler that resolves no global name and no persistent id."""
+    """An unpickler that resolves no global name and no persistent id: it can only build
+    dicts, lists, tuples, sets, strings, bytes and numbers. Every way a pickle runs code
+    (REDUCE, BUILD, NEWOBJ, INST, OBJ, extension codes) needs a callable that only
+    ``find_class`` or ``persistent_load`` could give it."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+        raise _NamesObject(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent ids are not plain data")
@@ -256,7 +191,7 @@ def _call(entry: Any) -> CollectiveCall | None:
         state=str(entry.get("state", "")),
         time=created / 1e9 if isinstance(created, int) and created > 0 else None,
         timeout_ms=timeout if isinstance(timeout, int) else None,
-        frames=tuple(_frames(entry.get("frames"))),
+        user_frame=_user_frame(entry.get("frames")),
     )
 
 
@@ -276,14 +211,18 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
-def _frames(value: Any) -> Iterator[Frame]:
+@functools.lru_cache(maxsize=4096)
+def _user_path(path: str) -> bool:
+    """Whether a frame's file is the user's (the same few files recur in every entry)."""
+    return is_user_path(path)
+
+
+def _user_frame(value: Any) -> Frame | None:
+    """The first (innermost) frame of the user's code in an entry's ``frames``."""
     for f in value if isinstance(value, list) else ():
-        if isinstance(f, dict) and isinstance(f.get("filename"), str):
-            path = f["filename"]
+        if isinstance(f, dict) and isinstance(f.get("filename"), str) and _user_path(f["filename"]):
             line = f.get("line")
-            yield Frame(
-                path,
-                line if isinstance(line, int) else 0,
-                str(f.get("name", "")),
-                is_user_path(path),
+            return Frame(
+                f["filename"], line if isinstance(line, int) else 0, str(f.get("name", "")), True
             )
+    return None
