@@ -105,6 +105,54 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
+def _console_with_oom_at_40_percent() -> bytes:
+    """A combined console: two ranks' steps, rank 0's CUDA OOM traceback, rank 1 going on."""
+    lines = []
+    for i in range(5000):
+        for r in (0, 1):
+            lines.append(
+                f"[rank{r}]:2024-05-01 03:14:{i % 60:02d},101 INFO train: step {i} loss 0.{i:04d}\n"
+            )
+    lines.append(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/home/user/train.py", line 88, in <module>\n'
+        "[rank0]:     loss.backward()\n"
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+        "a total capacity of 79.15 GiB of which 1.23 GiB is free.\n"
+    )
+    lines += [
+        f"[rank1]:2024-05-01 03:14:{i % 60:02d},101 INFO train: waiting {i}\n" for i in range(15000)
+    ]
+    return "".join(lines).encode()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "line-path"])
+@pytest.mark.parametrize(
+    "suffix,compress",
+    [("gz", gzip.compress), ("bz2", bz2.compress), ("xz", lzma.compress),
+     ("zst", zstandard.compress)],
+)  # fmt: skip
+def test_a_damaged_archive_keeps_everything_before_the_damage(
+    tmp_path: Path, suffix: str, compress, fast: bool
+) -> None:
+    from crashlens import analyze
+
+    data = compress(_console_with_oom_at_40_percent())
+    path = tmp_path / f"console.log.{suffix}"
+    path.write_bytes(data[: int(len(data) * 0.8)])  # cut after the OOM, mid-stream
+    report = analyze([path], fast=fast)
+    assert report.primary is not None and report.primary.rule_id == "cuda-oom"
+    assert report.first_failure is not None and report.first_failure.rank == 0
+    assert any("read stopped early" in n for n in report.notes), report.notes
+
+
+def test_concatenated_zstd_frames_are_one_log(tmp_path: Path) -> None:
+    data = _console_with_oom_at_40_percent()
+    path = tmp_path / "console.log.zst"
+    path.write_bytes(zstandard.compress(data[:700_000]) + zstandard.compress(data[700_000:]))
+    assert sum(1 for _ in open_text(path)) == data.count(b"\n")
+
+
 def test_zstd_log_is_analysed(tmp_path: Path) -> None:
     from crashlens import analyze
 

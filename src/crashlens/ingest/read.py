@@ -41,16 +41,11 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def _unzstd(raw: BinaryIO) -> BinaryIO:
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    return io.BufferedReader(reader, buffer_size=1 << 18)
-
-
 _OPENERS: dict[str, Callable[[BinaryIO], Any]] = {
     "gzip": lambda raw: Gunzip(raw),
     "bzip2": bz2.open,
     "xz": lzma.open,
-    "zstd": _unzstd,
+    "zstd": lambda raw: Unzstd(raw),
 }
 #: Decompressed bytes of one file past which a ratio over :data:`BOMB_RATIO` is a bomb...
 BOMB_MIN_BYTES = 256 << 20
@@ -449,3 +444,35 @@ class Gunzip:
     def close(self) -> None:
         """Close the underlying file."""
         self.raw.close()
+
+
+class Unzstd(Gunzip):
+    """Streaming zstd reader with :class:`Gunzip`'s promise: every byte before the damage,
+    then the error. zstandard's own stream reader ends a cut-off frame silently; here the
+    input ending inside a frame is reported, and concatenated frames are read in turn."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(raw)
+        self.frame = zstandard.ZstdDecompressor().decompressobj()
+        self.between = True  # no frame begun yet, or the last one ended
+
+    def _fill(self, want: int) -> None:
+        while len(self.buf) < want and not self.done:
+            data = self.raw.read(1 << 16)
+            if not data:
+                if not self.between:
+                    self.error = EOFError("compressed file ended before the end of the zstd frame")
+                self.done = True
+                return
+            while data:
+                self.between = False
+                try:
+                    self.buf += self.frame.decompress(data)
+                except zstandard.ZstdError as exc:
+                    self.error, self.done = exc, True
+                    return
+                if not self.frame.eof:
+                    break
+                data = self.frame.unused_data
+                self.frame = zstandard.ZstdDecompressor().decompressobj()
+                self.between = True
