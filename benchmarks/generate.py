@@ -64,15 +64,51 @@ TIMEOUT = (
 )
 
 
+#: A Python warning as ``warnings.showwarning`` prints it: the warning, then its source line.
+WARN_CONT = (
+    "/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:91: UserWarning: "
+    "None of the inputs have requires_grad=True. Gradients will be None\n  warnings.warn(\n"
+)
+#: The HF Trainer's per-step log dict: no timestamp.
+TRAINER = (
+    "{{'loss': {loss:.4f}, 'grad_norm': {gn:.4f}, 'learning_rate': 3e-05, 'epoch': {ep:.2f}}}\n"
+)
+TQDM_STEP = " {p:3d}%|{bar}| {n}/5000 [01:{s:02d}<10:00,  1.52it/s]\r"
+#: Content mixes (``--mix``): what share of lines each kind of line takes.
+MIXES = ("quiet", "ordinary", "timestampless", "tqdm", "warnings", "nccl", "retries")
+
+
+def _mixed_line(mix: str, kind: float, ts: str, step: int, rng: random.Random, **kw: int) -> str:
+    """One step's lines in a content mix other than ``quiet``."""
+    stamped = STEP.format(ts=ts, ms=rng.randrange(1000), step=step, loss=rng.random() * 3,
+                          gn=rng.random(), tok=rng.randrange(150000, 200000))  # fmt: skip
+    nccl = NCCL.format(ch=rng.randrange(32), **kw)
+    bar = TQDM_STEP.format(p=step % 100, bar="#" * (step % 10) + " " * (10 - step % 10),
+                           n=step, s=step % 60)  # fmt: skip
+    if mix == "ordinary":  # a bar update between steps, a warning every other step, NCCL INFO
+        return stamped + bar + "\n" + (WARN_CONT if step % 2 else nccl)
+    if mix == "timestampless":
+        return TRAINER.format(loss=rng.random() * 3, gn=rng.random(), ep=step / 1000)
+    if mix == "tqdm":
+        return "".join(TQDM_STEP.format(p=p, bar="#" * (p // 10) + " " * (10 - p // 10),
+                                        n=step, s=p % 60) for p in range(0, 100, 7)) + "\n"  # fmt: skip
+    if mix == "warnings":
+        return WARN_CONT if kind < 0.7 else stamped
+    if mix == "nccl":
+        return nccl if kind < 0.95 else stamped
+    raise ValueError(mix)
+
+
 def rank_log(
     rank: int,
     target_bytes: int,
     rng: random.Random,
     oom_rank: int = OOM_RANK,
     retries: int = 0,
+    mix: str = "quiet",
 ) -> str:
     """One rank's whole log."""
-    return "".join(rank_lines(rank, target_bytes, rng, oom_rank, retries))
+    return "".join(rank_lines(rank, target_bytes, rng, oom_rank, retries, mix))
 
 
 def rank_lines(
@@ -81,8 +117,11 @@ def rank_lines(
     rng: random.Random,
     oom_rank: int = OOM_RANK,
     retries: int = 0,
+    mix: str = "quiet",
 ) -> Iterator[str]:
     """One rank's log, a piece at a time (a multi-GB log never sits in memory)."""
+    if mix == "retries":
+        retries = max(retries, target_bytes // 20_000)  # a retried exception every 20 KB
     node, dev = divmod(rank, 8)
     retry_at = sorted(rng.randrange(target_bytes * 4 // 5) for _ in range(retries))
     pid = 40000 + rank * 13
@@ -96,7 +135,10 @@ def rank_lines(
         sec += 1
         ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(START + sec))
         kind = rng.random()
-        if kind < 0.55:
+        if mix not in ("quiet", "retries"):
+            line = _mixed_line(mix, kind, ts, step, rng, node=node, pid=pid, tid=pid + 41,
+                               dev=dev, a=rank, b=(rank + 1) % 64)  # fmt: skip
+        elif kind < 0.55:
             line = STEP.format(ts=ts, ms=rng.randrange(1000), step=step, loss=rng.random() * 3,
                                gn=rng.random(), tok=rng.randrange(150000, 200000))  # fmt: skip
         elif kind < 0.9:
@@ -134,6 +176,7 @@ def generate(
     seed: int = 0,
     oom_rank: int = OOM_RANK,
     retries: int = 0,
+    mix: str = "quiet",
 ) -> Path:
     """Write the per-rank tree under ``root`` and return it."""
     for rank in range(ranks):
@@ -141,7 +184,7 @@ def generate(
         d = root / f"node-{node:02d}"
         d.mkdir(parents=True, exist_ok=True)
         rng = random.Random(seed * 1000 + rank)
-        text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank, retries)
+        text = rank_log(rank, int(mb_per_rank * 1e6), rng, oom_rank, retries, mix)
         (d / f"rank_{rank}.log").write_text(text)
     return root
 
@@ -189,11 +232,12 @@ def console(
     seed: int = 0,
     oom_rank: int = OOM_RANK,
     retries: int = 0,
+    mix: str = "quiet",
 ) -> Path:
     """Write one combined console of ``ranks`` interleaved rank logs to ``path``."""
     per_rank = int(mb_total * 1e6 / ranks)
     logs = [
-        _lines(rank_log(r, per_rank, random.Random(seed * 1000 + r), oom_rank, retries))
+        _lines(rank_log(r, per_rank, random.Random(seed * 1000 + r), oom_rank, retries, mix))
         for r in range(ranks)
     ]
     rng = random.Random(seed)
@@ -230,12 +274,13 @@ def main() -> None:
     ap.add_argument("--retries", type=int, default=0, help="retried exceptions per rank")
     ap.add_argument("--layout", choices=("tree", "console"), default="tree")
     ap.add_argument("--style", choices=STYLES, default="rank", help="console prefix style")
+    ap.add_argument("--mix", choices=MIXES, default="quiet", help="content mix of the lines")
     args = ap.parse_args()
     if args.layout == "tree":
-        generate(args.out, args.ranks, args.mb_per_rank, retries=args.retries)
+        generate(args.out, args.ranks, args.mb_per_rank, retries=args.retries, mix=args.mix)
     else:
         mb = args.mb_per_rank * args.ranks
-        console(args.out, args.ranks, mb, args.style, retries=args.retries)
+        console(args.out, args.ranks, mb, args.style, retries=args.retries, mix=args.mix)
 
 
 if __name__ == "__main__":

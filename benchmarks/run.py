@@ -18,6 +18,13 @@ engines (Hyperscan, RE2, stdlib) are compared on tree512 through ``CRASHLENS_SCA
 
     python benchmarks/run.py                       # everything (~15 min on 2 cores)
     python benchmarks/run.py --layouts tree512,console100-rank --repeat 3
+    python benchmarks/run.py --layouts mix128-ordinary,mixconsole100-tqdm   # content mixes
+
+Content mixes (``generate.MIXES``: quiet, ordinary, timestamp-less, tqdm-heavy,
+warning-heavy, NCCL-INFO-heavy, retry-heavy) come as ``mix128-<mix>`` (64 ranks x 2 MB) and
+``mixconsole100-<mix>`` (the same 64 ranks' ~100 MB interleaved in one ``[rankN]:`` console);
+their table adds the share of lines that took the per-line path. Their buried failure is
+rank 37's CUDA OOM too.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ PATTERN = (
     "OutOfMemory|out of memory"
 )
 STYLES = generate.STYLES
+MIX_LAYOUTS = tuple(
+    f"{kind}-{mix}" for mix in generate.MIXES for kind in ("mix128", "mixconsole100")
+)
 ALL = (
     "tree100",
     "tree512",
@@ -69,8 +79,8 @@ def build(name: str, root: Path) -> Layout:
     oom = generate.OOM_RANK
     if name.startswith("console100-") and name.endswith("-default"):
         oom = generate.OOM_RANK % 8
-    layout = Layout(name, path if not name.startswith(("console", "single")) else path / "job.log",
-                    oom, gz=name == "gztree")  # fmt: skip
+    single_file = name.startswith(("console", "single", "mixconsole"))
+    layout = Layout(name, path / "job.log" if single_file else path, oom, gz=name == "gztree")
     if done.exists():
         return layout
     shutil.rmtree(path, ignore_errors=True)
@@ -89,6 +99,10 @@ def build(name: str, root: Path) -> Layout:
         generate.console(layout.path, 64, 1000.0, "rank", retries=6)
     elif name == "single2g":
         generate.single(layout.path, 2000.0, retries=200)
+    elif name.startswith("mix128-"):
+        generate.generate(path, 64, 2.0, mix=name.split("-", 1)[1])
+    elif name.startswith("mixconsole100-"):
+        generate.console(layout.path, 64, 100.0, "rank", mix=name.split("-", 1)[1])
     elif name == "gztree":
         source = build("tree512", root).path
         for src in sorted(source.rglob("*.log")):
@@ -145,8 +159,11 @@ def main() -> None:
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
     rg = shutil.which("rg")
     lnav = shutil.which("lnav")
-    print("| layout | MB | grep -cE s | crashlens s | MB/s | x grep | peak RSS MiB | diagnosis |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "| layout | MB | grep -cE s | crashlens s | MB/s | x grep | peak RSS MiB | diagnosis "
+        "| per-line path |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     failures = []
     for layout in layouts:
         mb = size_of(layout.path) / 1e6
@@ -166,9 +183,11 @@ def main() -> None:
         ok = top == "cuda_oom" and first == layout.oom_rank
         if not ok:
             failures.append(layout.name)
+        share = f"{per_line_share(layout.path):.2%}" if layout.name in MIX_LAYOUTS else ""
         print(
             f"| {layout.name} | {mb:.0f} | {g_wall:.2f} | {c_wall:.2f} | {mb / c_wall:.0f} | "
-            f"{c_wall / g_wall:.1f} | {c_rss} | {top}, rank {first}{'' if ok else ' WRONG'} |",
+            f"{c_wall / g_wall:.1f} | {c_rss} | {top}, rank {first}{'' if ok else ' WRONG'} "
+            f"| {share} |",
             flush=True,
         )
         if rg and not layout.gz:
@@ -198,6 +217,16 @@ def main() -> None:
             failures.append(f"{name} (fast != line by line)")
     if failures:
         sys.exit(f"diagnosis differs from the buried OOM on: {', '.join(failures)}")
+
+
+def per_line_share(path: Path) -> float:
+    """The share of ``path``'s lines that took the per-line path (one process, in order)."""
+    from crashlens.rulebase import load_rules
+    from crashlens.session import SequentialRunner, Session
+
+    session = Session(load_rules(), runner=SequentialRunner()).read_paths([path])
+    lines = sum(r.lines for r in session.results)
+    return sum(r.fed_lines for r in session.results) / max(1, lines)
 
 
 def differential(path: Path) -> tuple[bool, tuple[float, float]]:

@@ -63,3 +63,30 @@ def test_the_loader_and_the_schema_refuse_the_same(change: dict[str, Any]) -> No
 def test_a_minimal_rule_is_valid_for_both() -> None:
     assert list(VALIDATOR.iter_errors(VALID)) == []
     assert build_rule(dict(VALID), "my-rule.yaml").id == "my-rule"
+
+
+def test_every_bundled_detector_compiles_and_its_case_rule_is_the_compiled_one() -> None:
+    """Bundled regexes compile when first used (a run pays only for what a line needs); this
+    test is where every one of them is compiled, and the prefilter's case-insensitivity read
+    from the pattern text is the one the compiled pattern has."""
+    import regex
+
+    from crashlens.rulebase import load_rules
+
+    rules = load_rules()
+    detectors = [d for r in rules.rules for d in r.detectors]
+    assert all(d.pattern._compiled is None for d in detectors if d.scope != "flight")
+    for det in detectors:
+        compiled = det.pattern.compile()
+        if compiled.flags & regex.IGNORECASE:
+            assert det.ignore_case, det.name
+
+
+def test_a_user_rule_with_a_bad_regex_is_refused_as_it_loads(tmp_path: Path) -> None:
+    from crashlens.rulebase import load_rules
+
+    (tmp_path / "bad.yaml").write_text(
+        "id: bad\ntitle: Bad\nclass: unknown\nseverity: low\ndetectors:\n  d: 'unclosed (group'\n"
+    )
+    rules = load_rules([tmp_path])
+    assert any("invalid regex" in s and "bad.yaml" in s for s in rules.skipped)

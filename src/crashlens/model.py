@@ -460,6 +460,9 @@ class FileResult:
     rank_map: dict[tuple[str, int], int] = field(default_factory=dict)
     facts: list[Fact] = field(default_factory=list)
     sync: list[SyncMark] = field(default_factory=list)
+    #: Lines (or ``\r``-split parts) that took the per-line path; on the fast path the
+    #: trigger lines and what open state needed around them (benchmarks/run.py reports it).
+    fed_lines: int = 0
 
 
 @dataclass(slots=True)

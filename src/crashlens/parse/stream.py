@@ -79,6 +79,10 @@ class FileParser:
         self._fact_keys: set[tuple[str, str | None, int | None]] = set()
         self.lines = 0
         self.last_lineno = 0
+        #: Physical lines that went through the per-line path (:meth:`feed`); the fast path
+        #: only accounts for the others.
+        self.fed = 0
+        self._fed_at = -1
         self._line_stream: Stream = self._stream(None, None, None)
         self.fast = FastPath(self)
         self.prefixes = key_pattern(style)
@@ -86,6 +90,8 @@ class FileParser:
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
         """Process one physical (or ``\\r``-split) line."""
+        if lineno != self._fed_at:  # tqdm's ``\r`` states of one line count once
+            self.fed, self._fed_at = self.fed + 1, lineno
         for part in split_glued(strip_ansi(raw)):
             self._feed(lineno, part)
 
@@ -294,6 +300,7 @@ class FileParser:
             rank_map=self.rank_map,
             facts=self.facts,
             sync=sync,
+            fed_lines=self.fed,
         )
 
 

@@ -22,6 +22,7 @@ from crashlens.rulebase.schema import (
     Condition,
     Detector,
     FactTest,
+    LazyPattern,
     Rule,
     RuleSet,
     VersionEntry,
@@ -34,7 +35,9 @@ _RULE_KEYS = {
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
 #: The pattern of a ``flight:`` detector: it never matches a line.
-_NEVER = regex.compile(r"(?!)")
+_NEVER = r"(?!)"
+#: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
+_GLOBAL_IGNORECASE = regex.compile(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
 _ORIGINS = {"user", "called", "library", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
@@ -120,7 +123,9 @@ def load_rules(
         user = not any(directory is b for b in bundled)
         for path in rule_files(Path(directory)):
             try:
-                rule = load_rule_file(path)
+                # The bundled rules' regexes are compiled by the test suite, and here only
+                # when a line needs them; a user's are checked as they load.
+                rule = load_rule_file(path, compile_now=user)
             except RuleError as exc:
                 if user and not strict:
                     skipped.append(str(exc))
@@ -210,8 +215,9 @@ def _spec(value: Any, what: str, path: str, node: dict[str, Any]) -> VersionSpec
         raise _fail(f"'{what}': {exc}", path, node) from None
 
 
-def load_rule_file(path: Path) -> Rule:
-    """Parse and validate one rule file.
+def load_rule_file(path: Path, *, compile_now: bool = True) -> Rule:
+    """Parse and validate one rule file (``compile_now``: its regexes too; else each is
+    compiled when first used, see :class:`~crashlens.rulebase.schema.LazyPattern`).
 
     Raises:
         RuleError: naming the file and line of the first problem.
@@ -220,7 +226,7 @@ def load_rule_file(path: Path) -> Rule:
     data = _load_yaml(path, "rule file")
     if not isinstance(data, dict):
         raise RuleError("a rule file must hold one mapping", path=shown, line=1)
-    return build_rule(data, shown)
+    return build_rule(data, shown, compile_now=compile_now)
 
 
 def _load_yaml(path: Path, what: str) -> Any:
@@ -285,7 +291,7 @@ def _fail(msg: str, path: str, node: dict[str, Any]) -> RuleError:
     return RuleError(msg, path=path, line=_line(node))
 
 
-def build_rule(data: dict[str, Any], path: str) -> Rule:
+def build_rule(data: dict[str, Any], path: str, *, compile_now: bool = True) -> Rule:
     """Turn one parsed YAML mapping into a :class:`Rule`, checking every field."""
     unknown = set(data) - _RULE_KEYS - {"__line__"}
     if unknown:
@@ -318,7 +324,7 @@ def build_rule(data: dict[str, Any], path: str) -> Rule:
         detectors: tuple[Detector, ...] = ()
         condition = Condition()
     else:
-        detectors = _detectors(data["detectors"], path, data)
+        detectors = _detectors(data["detectors"], path, data, compile_now)
         condition = _condition(data.get("condition"), {d.name for d in detectors}, path, data)
     when = _when(data.get("when"), path, data)
     return Rule(
@@ -387,7 +393,9 @@ def _strings(value: Any, key: str, path: str, node: dict[str, Any]) -> tuple[str
     return tuple(value)
 
 
-def _detectors(value: Any, path: str, node: dict[str, Any]) -> tuple[Detector, ...]:
+def _detectors(
+    value: Any, path: str, node: dict[str, Any], compile_now: bool = True
+) -> tuple[Detector, ...]:
     if not isinstance(value, dict) or not set(value) - {"__line__"}:
         raise _fail("'detectors' must map names to detectors", path, node)
     out = []
@@ -405,7 +413,7 @@ def _detectors(value: Any, path: str, node: dict[str, Any]) -> tuple[Detector, .
         if unknown:
             keys = sorted(map(str, unknown))
             raise _fail(f"detector '{name}': unknown key(s) {keys}", path, spec)
-        out.append(_detector(str(name), spec, path))
+        out.append(_detector(str(name), spec, path, compile_now))
     return tuple(out)
 
 
@@ -418,22 +426,26 @@ def _flight_detector(name: str, spec: dict[str, Any], path: str) -> Detector:
     kind = spec["flight"]
     if kind not in FLIGHT_KINDS:
         raise _fail(f"detector '{name}': flight must be one of {list(FLIGHT_KINDS)}", path, spec)
-    return Detector(name=name, pattern=_NEVER, scope="flight", literals=(), flight=str(kind))
+    return Detector(
+        name=name, pattern=LazyPattern(_NEVER), scope="flight", literals=(), flight=str(kind)
+    )
 
 
-def _detector(name: str, spec: dict[str, Any], path: str) -> Detector:
+def _detector(name: str, spec: dict[str, Any], path: str, compile_now: bool = True) -> Detector:
     if not isinstance(spec["regex"], str):
         raise _fail(f"detector '{name}': 'regex' must be a string", path, spec)
     pattern_text = spec["regex"]
     ignore_case = bool(spec.get("ignore_case", False))
-    try:
-        pattern = regex.compile(pattern_text, regex.IGNORECASE if ignore_case else 0)
-    except (regex.error, ValueError, OverflowError, TypeError) as exc:
-        raise _fail(f"detector '{name}': invalid regex: {exc}", path, spec) from None
-    except (RecursionError, MemoryError):
-        raise _fail(f"detector '{name}': regex is too complex to compile", path, spec) from None
+    pattern = LazyPattern(pattern_text, regex.IGNORECASE if ignore_case else 0)
+    if compile_now:
+        try:
+            pattern.compile()
+        except (regex.error, ValueError, OverflowError, TypeError) as exc:
+            raise _fail(f"detector '{name}': invalid regex: {exc}", path, spec) from None
+        except (RecursionError, MemoryError):
+            raise _fail(f"detector '{name}': regex is too complex to compile", path, spec) from None
     # An inline (?i) makes the prefilter case-insensitive too, or it would miss "CUDA ERROR".
-    ignore_case = ignore_case or bool(pattern.flags & regex.IGNORECASE)
+    ignore_case = ignore_case or bool(_GLOBAL_IGNORECASE.match(pattern_text))
     scope = spec.get("scope", "line")
     if scope not in ("line", "exception", "traceback"):
         raise _fail(f"detector '{name}': scope must be line, exception or traceback", path, spec)

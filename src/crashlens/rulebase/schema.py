@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import regex
+
 Scope = Literal["line", "exception", "traceback", "flight"]
 #: What matching Flight Recorder dumps can find (``flight:`` detectors; crashlens.collectives).
 FLIGHT_KINDS = ("not_joined", "mismatch", "no_dump")
@@ -19,12 +21,47 @@ SEVERITY_WEIGHT: dict[str, float] = {
 }
 
 
+class LazyPattern:
+    """A detector's regex, compiled when first used.
+
+    The prefilter hands a line only to the detectors whose literal it holds, so most detectors
+    of a run never see one, and compiling all of them (the ``regex`` module parses patterns in
+    Python) costs more than analysing a small job. User rules are compiled as they load, so a
+    bad pattern is reported with its file and line; the bundled rules are compiled by the test
+    suite (``tests/test_rule_schema.py``).
+    """
+
+    __slots__ = ("_compiled", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self._compiled: Any = None
+
+    def compile(self) -> Any:
+        """The compiled pattern (compiled once)."""
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def search(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        """``regex.Pattern.search`` on the compiled pattern."""
+        return self.compile().search(string, *args, **kwargs)
+
+    def __getstate__(self) -> tuple[str, int]:
+        return self.pattern, self.flags
+
+    def __setstate__(self, state: tuple[str, int]) -> None:
+        self.pattern, self.flags = state
+        self._compiled = None
+
+
 @dataclass(frozen=True, slots=True)
 class Detector:
     """A named regex; its named groups become typed fields of the signal it detects."""
 
     name: str
-    pattern: Any  # a compiled ``regex`` pattern
+    pattern: LazyPattern
     scope: Scope = "line"
     sources: frozenset[str] | None = None
     literals: tuple[str, ...] | None = None
