@@ -30,7 +30,6 @@ from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.render import FORMATS, render
 from crashlens.render.schema import load_schema
-from crashlens.render.slack import post_slack
 from crashlens.report import Report
 from crashlens.repro.catalog import for_report
 from crashlens.repro.cli import repro_app, run_for_report
@@ -277,7 +276,7 @@ def analyze(
         _emit(report, fmt, output, quiet=quiet, no_color=no_color, verbose=verbose)
     if post_slack_url:
         try:
-            post_slack(post_slack_url, render(report, "slack"))
+            _post_slack(post_slack_url, render(report, "slack"))
         except CrashlensError as exc:
             _fail(str(exc))
     if repro:
@@ -517,3 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return int(ExitCode.USAGE)
     return int(code) if isinstance(code, int) else int(ExitCode.OK)
+
+
+def _post_slack(url: str, payload: str) -> None:
+    """Post to a Slack webhook (the Slack renderer is imported only when one is given)."""
+    from crashlens.render.slack import post_slack
+
+    post_slack(url, payload)

@@ -12,7 +12,9 @@ accumulation) from the facts, only when the inputs are plain integers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import regex
 
@@ -158,7 +160,14 @@ EXTRACTORS: tuple[tuple[str, str], ...] = (
     ("fp16_enabled .", r"(?:^|\s)(?P<precision>fp16)_enabled \.{1,29} True\s*$"),
     *_package_extractors(),
 )
-_COMPILED = tuple((trigger, regex.compile(pattern)) for trigger, pattern in EXTRACTORS)
+
+
+@functools.cache
+def _compiled() -> tuple[tuple[str, Any], ...]:
+    """The extractors compiled, on the first line that holds a trigger (not at import)."""
+    return tuple((trigger, regex.compile(pattern)) for trigger, pattern in EXTRACTORS)
+
+
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(trigger for trigger, _ in EXTRACTORS))
 #: Values normalised after extraction (DeepSpeed's ``bfloat16_enabled`` -> ``bf16``).
 _NORMALISE = {("precision", "bf"): "bf16"}
@@ -167,7 +176,7 @@ _NORMALISE = {("precision", "bf"): "bf16"}
 def extract(text: str) -> dict[str, str]:
     """Facts stated by one log line (empty when none); the first extractor to state a key wins."""
     out: dict[str, str] = {}
-    for trigger, pattern in _COMPILED:
+    for trigger, pattern in _compiled():
         if trigger in text:
             m = pattern.search(text)
             if m:

@@ -25,7 +25,6 @@ import typer
 from crashlens.config import load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.render import FORMATS, render
-from crashlens.render.slack import post_slack
 from crashlens.session import Session
 from crashlens.termenv import Environment
 from crashlens.watch import READ_CAP, Alert, HookRunner, Watcher, follow
@@ -158,7 +157,7 @@ def _diagnose(
             _warn(f"error: cannot write {path}: {exc.strerror}")
     if slack_url:
         try:
-            post_slack(slack_url, render(report, "slack"))
+            _post_slack(slack_url, render(report, "slack"))
         except CrashlensError as exc:
             _warn(f"error: {exc}")
 
@@ -211,7 +210,7 @@ def watch_command(
         typer.echo(line)
         if post_slack_url:
             try:
-                post_slack(post_slack_url, json.dumps({"text": line}))
+                _post_slack(post_slack_url, json.dumps({"text": line}))
             except CrashlensError as exc:
                 _warn(f"error: {exc}")
         if hooks is not None:
@@ -244,3 +243,10 @@ def watch_command(
     if hooks is not None:
         hooks.wait(60.0 if once else 10.0)
     raise typer.Exit(1 if count else 0)
+
+
+def _post_slack(url: str, payload: str) -> None:
+    """Post to a Slack webhook (the Slack renderer is imported only when one is given)."""
+    from crashlens.render.slack import post_slack
+
+    post_slack(url, payload)

@@ -104,6 +104,19 @@ class FastPath:
         parser = self.parser
         stream = parser.default_stream()
         while start < end and (parser.lines == 0 or stream.wants_lines()):
+            if parser.lines and stream.observing_only():
+                # What open state waits for is glanced at, not parsed: the lines stay quiet.
+                probed = start
+                n = 0
+                while probed < end and stream.observing_only():
+                    stop = block.find(b"\n", probed, end)
+                    stop = end if stop < 0 else stop
+                    parser.glance(stream, block[probed:stop], lineno + n + 1)
+                    probed, n = stop + 1, n + 1
+                stream.lines -= n  # skip counts them
+                parser.skip(block, start, probed, n, lineno + n)
+                start, lineno, count = probed, lineno + n, count - n
+                continue
             start, lineno = parser.feed_bytes(block, start, lineno)
             count -= 1
         if start < end:
@@ -121,6 +134,7 @@ class FastPath:
         counts = np.bincount(ids, minlength=len(streams))
         present = np.flatnonzero(counts).tolist()
         wanting = {i for i in present if streams[i].wants_lines()}
+        glanced: dict[int, int] = {}
         skimmed = self._skimmed
         skimmed[line:stop] = True
         if wanting:
@@ -132,9 +146,14 @@ class FastPath:
                 if i not in wanting:
                     continue
                 begin = int(ends[j - 1]) + 1 if j else 0
-                parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1)
-                skimmed[j] = False
-                counts[i] -= 1
+                if streams[i].observing_only():
+                    # Glanced at for what open state waits for; the line stays skimmed.
+                    parser.glance(streams[i], block[begin : int(ends[j])], self._base + j + 1)
+                    glanced[i] = glanced.get(i, 0) + 1
+                else:
+                    parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1)
+                    skimmed[j] = False
+                    counts[i] -= 1
                 if not streams[i].wants_lines():
                     wanting.discard(i)
                     if not wanting:
@@ -142,21 +161,25 @@ class FastPath:
         n = len(ids)
         parser.lines += int(counts.sum())
         parser.last_lineno = lineno + n
+        for i, n_glanced in glanced.items():
+            streams[i].lines -= n_glanced  # counted with the quiet lines below
+        nccl: list[tuple[int, int, int]] | None = None
         for i in present:
             if counts[i]:
                 stream = streams[i]
                 stream.lines += int(counts[i])
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
-                    self._hunt_pid(stream, i, block, start, end, line, int(counts[i]))
+                    if nccl is None:  # one scan of the range for every writer that hunts
+                        nccl = self._nccl_lines(block, start, end, line)
+                    self._hunt_pid(stream, i, block, nccl, int(counts[i]))
         return lineno + n
 
-    def _hunt_pid(
-        self, stream: Stream, i: int, block: bytes, start: int, end: int, line: int, n: int
-    ) -> None:
-        """A writer with no pid yet takes the one of its first NCCL line here."""
-        assert self._ids is not None
-        ids = self._ids
+    @staticmethod
+    def _nccl_lines(block: bytes, start: int, end: int, line: int) -> list[tuple[int, int, int]]:
+        """The NCCL lines of ``block[start:end]`` (whose first line is the block's ``line``):
+        (line index in the block, start, end)."""
+        out = []
         at = block.find(b" NCCL ", start, end)
         counted, lines = start, line
         while at >= 0:
@@ -164,9 +187,20 @@ class FastPath:
             lines += block.count(b"\n", counted, line_start)
             counted = line_start
             line_end = block.find(b"\n", at, end)
+            line_end = end if line_end < 0 else line_end
+            out.append((lines, line_start, line_end))
+            at = block.find(b" NCCL ", line_end + 1, end)
+        return out
+
+    def _hunt_pid(
+        self, stream: Stream, i: int, block: bytes, nccl: list[tuple[int, int, int]], n: int
+    ) -> None:
+        """A writer with no pid yet takes the one of its first NCCL line here."""
+        assert self._ids is not None
+        ids = self._ids
+        for lines, line_start, line_end in nccl:
             if ids[lines] == i and stream.learn_pid(block[line_start:line_end]):
                 return
-            at = block.find(b" NCCL ", line_end + 1, end)
         stream.pid_budget -= n
 
     def _key_stream(self, key: bytes) -> Stream:

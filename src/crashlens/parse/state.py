@@ -152,7 +152,8 @@ class DoneTraceback:
     def watching(self, stream_lines: int) -> bool:
         """Whether the lines after it can still change the verdict (the fast path feeds them)."""
         return (
-            len(self.later) < HANDLED_AFTER_STAMPS
+            not self.progressed  # a later step: handled, whatever follows
+            and len(self.later) < HANDLED_AFTER_STAMPS
             and stream_lines - self.lines_at_end <= HANDLED_AFTER_LINES
         )
 
@@ -201,6 +202,13 @@ class Stream:
             or bool(self.untimed)
             or (self.watch is not None and self.watch.watching(self.lines))
         )
+
+    def observing_only(self) -> bool:
+        """Whether all open state needs from the next lines is what a glance gives: a timestamp
+        (the first one, or the time of untimed findings) or the signs that a traceback was
+        handled (later stamps, a later step). The fast path then glances at its quiet lines
+        (:meth:`~crashlens.parse.stream.FileParser.glance`) instead of parsing them."""
+        return self.assembler.current is None and not self.summary.active and self.wants_lines()
 
     def remember_tail(
         self, block: bytes, start: int, end: int, count: int, last_lineno: int, style: PrefixStyle

@@ -233,6 +233,31 @@ class FileParser:
         else:
             self.feed(lineno, text)
 
+    def glance(self, stream: Stream, raw: bytes, lineno: int) -> None:
+        """Read of a quiet line of ``stream`` only what its open state waits for
+        (:meth:`Stream.observing_only`): a first timestamp, the time untimed findings take,
+        what tells a traceback handled. The line counts as the stream's now; the caller
+        accounts for it as quiet (and takes it off ``stream.lines`` first)."""
+        stream.lines += 1
+        first = True
+        for part in raw[:MAX_LINE_BYTES].decode("utf-8", "replace").split("\r"):
+            if not part:
+                continue
+            text, prefix = strip(part, self.style) if first else (part, None)
+            first = False
+            timed = prefix.stamp + text if prefix is not None and prefix.stamp else text
+            stamp = self.clock.stamp(timed)
+            if stream.first_time is None and stream.probe_first > 0:
+                stream.probe_first -= 1
+                if stamp is not None:
+                    stream.first_time = stamp
+                    stream.last_stamp = (lineno, stamp)
+            watch = stream.watch
+            if watch is not None and watch.watching(stream.lines):
+                watch.observe(stream.lines, text, stamp)
+            if stream.untimed:
+                self.clock.settle(stream, timed)
+
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse a block of whole lines on the fast path (see :mod:`crashlens.parse.fast`);
         return the number of its last line."""
