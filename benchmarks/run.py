@@ -22,7 +22,8 @@ engines (Hyperscan, RE2, stdlib) are compared on tree512 through ``CRASHLENS_SCA
 
 Content mixes (``generate.MIXES``: quiet, ordinary, timestamp-less, tqdm-heavy,
 warning-heavy, NCCL-INFO-heavy, retry-heavy) come as ``mix128-<mix>`` (64 ranks x 2 MB) and
-``mixconsole100-<mix>`` (the same 64 ranks' ~100 MB interleaved in one ``[rankN]:`` console);
+``mixconsole100-<mix>`` (the same 64 ranks' ~100 MB interleaved in one ``[rankN]:`` console)
+and ``mix512-<mix>`` (64 x 8 MB, the size of tree512);
 their table adds the share of lines that took the per-line path. Their buried failure is
 rank 37's CUDA OOM too.
 """
@@ -51,7 +52,7 @@ PATTERN = (
 )
 STYLES = generate.STYLES
 MIX_LAYOUTS = tuple(
-    f"{kind}-{mix}" for mix in generate.MIXES for kind in ("mix128", "mixconsole100")
+    f"{kind}-{mix}" for mix in generate.MIXES for kind in ("mix128", "mixconsole100", "mix512")
 )
 ALL = (
     "tree100",
@@ -99,8 +100,9 @@ def build(name: str, root: Path) -> Layout:
         generate.console(layout.path, 64, 1000.0, "rank", retries=6)
     elif name == "single2g":
         generate.single(layout.path, 2000.0, retries=200)
-    elif name.startswith("mix128-"):
-        generate.generate(path, 64, 2.0, mix=name.split("-", 1)[1])
+    elif name.startswith(("mix128-", "mix512-")):
+        generate.generate(path, 64, 2.0 if name.startswith("mix128") else 8.0,
+                          mix=name.split("-", 1)[1])  # fmt: skip
     elif name.startswith("mixconsole100-"):
         generate.console(layout.path, 64, 100.0, "rank", mix=name.split("-", 1)[1])
     elif name == "gztree":
@@ -150,12 +152,20 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", action="store_true", help="compare scanner engines on tree512")
     ap.add_argument(
+        "--startup",
+        action="store_true",
+        help="time a 1 KB job against a bare `python -c pass` (medians of 11 runs) and exit",
+    )
+    ap.add_argument(
         "--differential",
         default="",
         help="layouts to also analyse line by line (slow): the report must be the same",
     )
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
+    if args.startup:
+        startup(args.dir)
+        return
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
     rg = shutil.which("rg")
     lnav = shutil.which("lnav")
@@ -217,6 +227,23 @@ def main() -> None:
             failures.append(f"{name} (fast != line by line)")
     if failures:
         sys.exit(f"diagnosis differs from the buried OOM on: {', '.join(failures)}")
+
+
+def startup(root: Path, runs: int = 11) -> None:
+    """A 1 KB job (one rank's log, a CUDA OOM traceback) against a bare interpreter start."""
+    job = root / "startup1k"
+    job.mkdir(exist_ok=True)
+    log = job / "rank_0.log"
+    lines = [f"2024-05-01 03:14:0{i},000 INFO train: step {i} loss 1.{i:03d}\n" for i in range(8)]
+    lines.append(generate.OOM.format(r=0))
+    log.write_text("".join(lines))  # about 1 KB
+    bare, _, _ = median([sys.executable, "-c", "pass"], runs)
+    job_s, rss, out = median([sys.executable, "-m", "crashlens", "analyze", str(job)], runs)
+    print("| command | median s | x `python -c pass` | peak RSS MiB |")
+    print("|---|---:|---:|---:|")
+    print(f"| `python -c pass` | {bare:.3f} | 1.0 | |")
+    print(f"| `crashlens analyze` (1 KB job) | {job_s:.3f} | {job_s / bare:.1f} | {rss} |")
+    print(f"\n{out.splitlines()[0] if out else '(no output)'}")
 
 
 def per_line_share(path: Path) -> float:

@@ -83,3 +83,24 @@ def test_the_prefilter_finds_lines_its_detector_matches(
     assert det.pattern.search(line)
     matcher = LineMatcher(rules)
     assert [d.name for _, d, _ in matcher.match(line, "worker")] == ["d"]
+
+
+def test_a_counted_repeat_of_a_group_or_class_is_not_a_literal() -> None:
+    from crashlens.rulebase.literals import required_literals
+
+    assert required_literals(r"foo[^\n]{0,80}barbaz") == ("barbaz",)
+    assert required_literals(r"(ab){2,3}cdef") == ("cdef",)
+    assert required_literals(r"Error: [^\n]{0,80}?\bwith\b") == ("Error: ",)
+
+
+def test_exception_detectors_skip_texts_without_their_literals() -> None:
+    """The exception and traceback detectors use the literals too; a detector whose every
+    match holds a literal is not run on a traceback without one (and still matches with it)."""
+    from crashlens.parse.hits import _holds_literal
+    from crashlens.rulebase import load_rules
+
+    det = load_rules().by_id["dist-env-missing"].detector("environ_lookup")
+    assert det.scope == "exception" and det.literals
+    assert _holds_literal(det, "KeyError: 'LOCAL_RANK'")
+    assert det.pattern.search("KeyError: 'LOCAL_RANK'")
+    assert not _holds_literal(det, "ValueError: bad value")

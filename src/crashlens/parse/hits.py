@@ -110,6 +110,8 @@ class HitCollector:
                 targets = [(e.lineno, exception_text(e)) for e in reversed(tb.exceptions)]
                 shown = ""
             for lineno, target in targets:
+                if not _holds_literal(det, target):
+                    continue  # every match holds one of the detector's literals
                 found = self.matcher.search(rule, det, target)
                 if found is None:
                     continue
@@ -187,3 +189,14 @@ class HitCollector:
             fatal=fatal,
             roles=roles,
         )
+
+
+def _holds_literal(det: Detector, text: str) -> bool:
+    """Whether ``text`` holds one of the literals every match of ``det`` holds (the line
+    prefilter's test, for the exception and traceback detectors; no literals: always)."""
+    if not det.literals:
+        return True
+    if det.ignore_case:
+        low = text.lower()
+        return any(lit.lower() in low for lit in det.literals)
+    return any(lit in text for lit in det.literals)

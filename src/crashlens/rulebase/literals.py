@@ -89,8 +89,10 @@ def _literal_runs(branch: str) -> list[str]:
         if c in "([":
             cut()
             i = _skip_group(branch, i)
-            if branch[i : i + 1] in ("?", "*", "+") or branch[i : i + 1] == "{":
+            if branch[i : i + 1] in ("?", "*", "+"):
                 i += 1
+            elif branch[i : i + 1] == "{" and branch[i + 1 : i + 2].isdigit():
+                i = branch.find("}", i) + 1  # a counted repeat of the group: {0,80}
             continue
         if c in "?*" or (c == "{" and nxt.isdigit()):
             if cur:
