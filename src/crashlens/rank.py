@@ -9,6 +9,7 @@ kill explaining "DataLoader worker killed") absorbs it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import re
@@ -26,6 +27,7 @@ from crashlens.model import (
     Hit,
     Match,
     Timeline,
+    Traceback,
     evidence_order,
     headline,
     time_order,
@@ -234,9 +236,10 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     ]
     causes += _revived(matches, causes, env)
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
+    index = _Tracebacks(timeline)
     for c in (*causes, *symptoms):
         cited = [(h.evidence, h.traceback_id) for h in _lead_first(c.match)]
-        c.user_frame = _frame_of(cited, timeline)
+        c.user_frame = _frame_of(cited, timeline, index)
         c.remediation = remediation(c.match, env, c.user_frame)
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
@@ -256,7 +259,7 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     if first is not None and first.kind == "crash":
         at = Evidence(first.file, first.line, first.rank, first.host, first.time, False, "")
         ids = [h.traceback_id for m in matches for h in m.hits if _same_line(h.evidence, at)]
-        frame = _frame_of([(at, next((i for i in ids if i is not None), None))], timeline)
+        frame = _frame_of([(at, next((i for i in ids if i is not None), None))], timeline, index)
         first = dataclasses.replace(first, frame=frame)
     return kept + loose, first
 
@@ -289,24 +292,47 @@ def _same_line(a: Evidence, b: Evidence) -> bool:
     return (a.file, a.line) == (b.file, b.line)
 
 
-def _frame_of(cited: Iterable[tuple[Evidence, int | None]], timeline: Timeline) -> Frame | None:
+class _Tracebacks:
+    """The timeline's tracebacks by id and, per file, by line span (built once per ranking)."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.by_id = {tb.id: tb for tb in timeline.tracebacks}
+        spans: dict[str, list[tuple[int, int, int, Traceback]]] = {}
+        for order, tb in enumerate(timeline.tracebacks):
+            spans.setdefault(tb.source.path, []).append((tb.start_line, tb.final.lineno, order, tb))
+        for entries in spans.values():
+            entries.sort(key=lambda e: e[0])
+        self.spans = spans
+        self.starts = {path: [e[0] for e in entries] for path, entries in spans.items()}
+        self.longest = {p: max(e[1] - e[0] for e in entries) for p, entries in spans.items()}
+
+    def at(self, file: str, line: int) -> Traceback | None:
+        """The first traceback (in timeline order) of ``file`` whose lines hold ``line``."""
+        entries = self.spans.get(file)
+        if not entries:
+            return None
+        starts = self.starts[file]
+        lo = bisect.bisect_left(starts, line - self.longest[file])
+        hi = bisect.bisect_right(starts, line)
+        holding = [e for e in entries[lo:hi] if e[1] >= line]
+        return min(holding, key=lambda e: e[2])[3] if holding else None
+
+
+def _frame_of(
+    cited: Iterable[tuple[Evidence, int | None]],
+    timeline: Timeline,
+    index: _Tracebacks | None = None,
+) -> Frame | None:
     """The innermost user frame of the first cited line's traceback that has one.
 
     A line belongs to a traceback by the hit's traceback id, else by lying within the
     traceback's lines of the same file (a line detector's hit on the exception line).
     """
-    by_id = {tb.id: tb for tb in timeline.tracebacks}
+    index = index or _Tracebacks(timeline)
     for ev, tb_id in cited:
-        tb = by_id.get(tb_id) if tb_id is not None else None
+        tb = index.by_id.get(tb_id) if tb_id is not None else None
         if tb is None:
-            tb = next(
-                (
-                    t
-                    for t in timeline.tracebacks
-                    if t.source.path == ev.file and t.start_line <= ev.line <= t.final.lineno
-                ),
-                None,
-            )
+            tb = index.at(ev.file, ev.line)
         frame = user_frame(tb) if tb is not None else None
         if frame is not None:
             return frame
