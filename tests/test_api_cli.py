@@ -333,8 +333,12 @@ def test_output_format_from_the_extension_and_never_onto_an_input(tmp_path: Path
     out = tmp_path / "report.json"
     result = runner.invoke(app, ["analyze", str(job), "-o", str(out)])
     assert result.exit_code == 1 and json.loads(out.read_text())["schema_version"] == 1
+    assert f"wrote the json report to {out}" in result.stderr  # -o says where it wrote
     txt = runner.invoke(app, ["analyze", str(job), "-o", str(tmp_path / "report.txt")])
-    assert txt.exit_code == 2 and "give -f FORMAT" in txt.stderr
+    assert txt.exit_code == 1 and "wrote the text report" in txt.stderr
+    assert (tmp_path / "report.txt").read_text().startswith("crashlens: CUDA out of memory")
+    odd = runner.invoke(app, ["analyze", str(job), "-o", str(tmp_path / "report.pdf")])
+    assert odd.exit_code == 2 and "give -f FORMAT" in odd.stderr
     log = job / "train.log"
     before = log.read_bytes()
     onto = runner.invoke(app, ["analyze", str(job), "-f", "json", "-o", str(log)])

@@ -309,7 +309,7 @@ def test_summary_counts_equal_a_hand_count(tmp_path, expected, capsys):
 
     root, out = tmp_path / "jobs", tmp_path / "fleet.parquet"
     jobs = make_jobs(root, 40)
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
     submitted = {
         job_id: now - dt.timedelta(days=2 if i < 20 else 20, hours=i % 5)
         for i, job_id in enumerate(sorted(jobs))

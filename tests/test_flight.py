@@ -280,3 +280,11 @@ def test_a_dump_cut_off_when_its_rank_was_killed_is_skipped_with_a_note() -> Non
     assert record.note == "empty file"
     assert report.flight is not None and report.flight.missing == (2,)
     assert report.first_failure is not None and report.first_failure.rank == 2
+
+
+def test_notes_about_many_files_for_one_reason_are_one_line() -> None:
+    """A torchrun --log-dir tree has an empty stdout.log per rank: one note, not one per file."""
+    report = analyze([FLIGHT / "collective_hang" / "tee-faultdesync-odd-rank2"])
+    empty = [n for n in report.notes if "empty file" in n]
+    assert len(empty) == 1 and empty[0].startswith("4 files: empty file (")
+    assert empty[0].endswith(" and 2 more)")

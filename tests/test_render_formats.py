@@ -696,3 +696,17 @@ def test_html_detail_grid_breaks_paths_at_slashes_not_inside_words() -> None:
     assert "word-break:break-all" not in page and "overflow-wrap:anywhere" not in page
     assert ".facts dd{margin:0;font-weight:600;overflow-wrap:break-word;word-break:normal}" in page
     assert "/<wbr>gpu/<wbr>cuda_oom_single/<wbr>train.log:60</dd>" in page
+
+
+def test_a_log_without_timestamps_gets_no_timeline_panel(tmp_path: Path) -> None:
+    from crashlens import analyze
+
+    (tmp_path / "train.log").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 3, in <module>\n'
+        "    main()\n"
+        "ValueError: bad config\n"
+    )
+    html = render(analyze([tmp_path]), "html")
+    assert "<h2>Timeline</h2>" not in html and "1970" not in html
+    assert "ValueError: bad config" in html

@@ -907,3 +907,16 @@ def test_stdin_is_read_by_the_parent_when_files_go_to_workers(
     report = session.read_paths([tmp_path / "rank_1.log", tmp_path / "rank_2.log", "-"]).finish()
     assert _found_oom(report)
     assert _entry(report, "<stdin>").lines == 2
+
+
+def test_only_empty_input_exits_2_with_a_clear_line(tmp_path: Path, rules) -> None:
+    """A log that was never written (or empty stdin) must not pass a CI gate as no failure."""
+    (tmp_path / "rank_0.log").write_text("")
+    (tmp_path / "rank_1.log").write_text("")
+    with pytest.raises(NoInputError, match="nothing to analyse: 2 inputs read, all empty"):
+        analyze([tmp_path], rules)
+    result = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "all empty" in result.output and "No failure found" not in result.output
+    piped = runner.invoke(app, ["analyze", "-"], input="")
+    assert piped.exit_code == 2 and "all empty" in piped.output

@@ -188,7 +188,7 @@ def fix_years(results: list[FileResult]) -> list[FileResult]:
 def _move(t: float | None, years: int) -> float | None:
     if t is None:
         return None
-    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    d = dt.datetime.fromtimestamp(t, dt.UTC)
     try:
         return d.replace(year=d.year + years).timestamp()
     except ValueError:  # 29 February

@@ -339,12 +339,21 @@ def _emit(
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
             _fail(f"cannot write {output}: {exc.strerror}")
+        if not quiet:
+            typer.echo(f"crashlens: wrote the {fmt} report to {output}", err=True)
     elif not quiet:
         sys.stdout.write(text)
 
 
 #: ``-o FILE`` without ``-f``: the format its extension names.
-_EXTENSIONS = {".json": "json", ".html": "html", ".htm": "html", ".md": "markdown", ".xml": "junit"}
+_EXTENSIONS = {
+    ".json": "json",
+    ".html": "html",
+    ".htm": "html",
+    ".md": "markdown",
+    ".xml": "junit",
+    ".txt": "text",
+}
 
 
 def _format_of(output: Path) -> str:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import math
 import os
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from crashlens.errors import CrashlensError
 from crashlens.rulebase import default_rules_dir

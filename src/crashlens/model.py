@@ -611,9 +611,7 @@ def iso(t: float | None) -> str | None:
     if t is None:
         return None
     return (
-        dt.datetime.fromtimestamp(t, dt.timezone.utc)
-        .replace(tzinfo=None)
-        .isoformat(timespec="milliseconds")
+        dt.datetime.fromtimestamp(t, dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds")
     )
 
 

@@ -14,6 +14,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import re
 import stat
 import sys
 from collections import Counter, deque
@@ -43,6 +44,7 @@ from crashlens.model import (
     Match,
     Source,
     Timeline,
+    plural,
 )
 from crashlens.parse import (
     BlockIndex,
@@ -420,6 +422,11 @@ class Session:
         notes = list(self.notes)
         if not self.results and not self.dumps:
             raise NoInputError(f"nothing readable in the given paths ({self._why_nothing()})")
+        if not self.dumps and all(r.lines == 0 for r in self.results):
+            # A log that was never written must not pass a CI gate as "no failure".
+            raise NoInputError(
+                f"nothing to analyse: {plural(len(self.results), 'input')} read, all empty"
+            )
         timeline = self.timeline()
         hits, flight = self.hits(timeline)
         if flight is not None:
@@ -429,6 +436,7 @@ class Session:
                 notes.append(f"no Flight Recorder dump for rank(s) {missing}")
         causes, first = rank(self.match(hits, timeline.facts), timeline)
         notes.extend(f"detector {k} timed out and was skipped" for k in sorted(self.timeouts))
+        notes = fold_notes(notes)
         return Report(
             causes=causes,
             first_failure=first,
@@ -474,6 +482,35 @@ def _flight_dump(cand: Candidate) -> FileRead | None:
         f"format {dump.version} ({dump.format})"
     )
     return FileRead(None, InputFile(cand.display, size, "flight", note=note), dump=dump)
+
+
+#: Notes about this many files or more for the same reason are said once.
+FOLD_NOTES_AT = 3
+_FILE_NOTE = re.compile(r"^(?P<skipped>skipped )?(?P<path>.+?): (?P<reason>[^:]+)$")
+
+
+def fold_notes(notes: list[str]) -> list[str]:
+    """Notes that say the same of many files said once, in the place of the first: a
+    torchrun ``--log-dir`` tree of 64 ranks has 64 empty ``stdout.log`` files, one line."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for note in notes:
+        m = _FILE_NOTE.match(note)
+        if m:
+            groups.setdefault((bool(m["skipped"]), m["reason"]), []).append(m["path"])
+    out: list[str] = []
+    said: set[tuple[bool, str]] = set()
+    for note in notes:
+        m = _FILE_NOTE.match(note)
+        key = (bool(m["skipped"]), m["reason"]) if m else None
+        if key is None or len(groups[key]) < FOLD_NOTES_AT:
+            out.append(note)
+        elif key not in said:
+            said.add(key)
+            paths = groups[key]
+            shown = ", ".join(paths[:2])
+            verb = " skipped" if key[0] else ""
+            out.append(f"{len(paths)} files{verb}: {key[1]} ({shown} and {len(paths) - 2} more)")
+    return out
 
 
 def input_size(paths: Sequence[str | os.PathLike[str]]) -> int:

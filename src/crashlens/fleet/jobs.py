@@ -357,7 +357,7 @@ def iso_utc(value: str) -> dt.datetime:
     """
     when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     if when.tzinfo is not None:
-        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
     return when
 
 

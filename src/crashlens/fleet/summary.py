@@ -41,7 +41,7 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
     Raises:
         CrashlensError: for anything else.
     """
-    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
     m = _SINCE.match(value.strip().lower())
     if m:
         return now - dt.timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})

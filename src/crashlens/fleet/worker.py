@@ -221,7 +221,7 @@ def when(t: float | None) -> dt.datetime | None:
     """A report time (POSIX seconds, UTC where the log said so) as a naive datetime."""
     if t is None:
         return None
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.fromtimestamp(t, dt.UTC).replace(tzinfo=None)
 
 
 def _outcome(

@@ -502,6 +502,8 @@ class Mark:
 
 
 def _timeline_section(report: Report) -> str:
+    if _span(report) == (None, None):
+        return ""  # no line had a time: a time axis would only show the epoch
     svg = timeline_svg(report)
     if not svg:
         return ""
@@ -644,7 +646,7 @@ def _nice_step(span: float, target: int = 8) -> float:
 
 
 def _tick_label(t: float, step: float, first: bool) -> str:
-    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    d = dt.datetime.fromtimestamp(t, dt.UTC)
     fmt = "%H:%M:%S" if step >= 1 else "%H:%M:%S.%f"
     text = d.strftime(fmt)
     if step < 1:

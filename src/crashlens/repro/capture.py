@@ -408,7 +408,7 @@ def capture_one(
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(result.logs_dir / rel, target)
             files.append(rel.as_posix())
-        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
         (dest / "CAPTURE.md").write_text(
             render_capture_md(spec, result, setup, files, when, matrix=variant is not None),
             encoding="utf-8",
