@@ -106,6 +106,23 @@ def test_uncaught_exception(tmp_path: Path) -> None:
     assert "ValueError" in proc.stderr
 
 
+def test_a_failed_command_with_no_known_cause_is_never_no_failure(tmp_path: Path) -> None:
+    """``raise SystemExit(3)`` prints nothing crashlens knows: the exit says so, with the
+    command's last lines, instead of "No failure found"."""
+    logs = tmp_path / "logs"
+    code = "import sys; print('loading shard 7', file=sys.stderr); raise SystemExit(3)"
+    proc = subprocess.run(
+        _wrap(["--log-dir", str(logs), "--", sys.executable, "-c", code]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3  # the command's own status, unchanged
+    assert "the command exited with status 3; no known cause in its output:" in proc.stderr
+    assert "loading shard 7" in proc.stderr.split("no known cause", 1)[1]
+    assert "No failure found" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("sig", "cls"), [(signal.SIGKILL, "host_oom"), (signal.SIGSEGV, "segfault")]
 )

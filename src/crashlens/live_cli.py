@@ -118,6 +118,10 @@ def run_command(
     raise typer.Exit(result.exit_code)
 
 
+#: Last lines shown for a failed command whose output names no known cause.
+RUN_LAST_LINES = 5
+
+
 def _diagnose(
     result: WrapResult,
     log_dir: Path,
@@ -148,7 +152,14 @@ def _diagnose(
     env = Environment.from_process()
     color = color and env.color(stderr=True)
     width = env.width(stderr=True)
-    sys.stderr.write(render(report, "text", color=color, width=width))
+    if report.failed:
+        sys.stderr.write(render(report, "text", color=color, width=width))
+    else:
+        # The command failed: "No failure found" would be a lie. Say what is known.
+        last = [line for r in report.ranks for line in r.last_lines][-RUN_LAST_LINES:]
+        _warn(f"the command {how}; no known cause in its output" + (":" if last else ""))
+        for line in last:
+            sys.stderr.write(f"  {line}\n")
     sys.stderr.flush()
     for fmt, path in zip(formats, files, strict=True):
         try:
