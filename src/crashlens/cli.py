@@ -278,7 +278,8 @@ def analyze(
         try:
             _post_slack(post_slack_url, render(report, "slack"))
         except CrashlensError as exc:
-            _fail(str(exc))
+            # The diagnosis stands: its exit status is the job's verdict, the post a side effect.
+            typer.echo(f"crashlens: warning: {exc}", err=True)
     if repro:
         code = run_for_report(report, repro_out, err=not quiet)
         try:
