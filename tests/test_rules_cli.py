@@ -29,10 +29,19 @@ references: [https://example.invalid/doc]
 def test_list_and_show() -> None:
     listed = runner.invoke(app, ["rules", "list"])
     assert listed.exit_code == 0
-    assert len(listed.stdout.splitlines()) == len(load_rules().rules) >= 40
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["ID", "CLASS", "KIND", "SEVERITY", "TITLE"]
+    assert len(rows) == len(load_rules().rules) >= 40
     shown = runner.invoke(app, ["rules", "show", "cuda-oom"])
     assert shown.exit_code == 0 and "id: cuda-oom" in shown.stdout
     assert runner.invoke(app, ["rules", "show", "no-such-rule"]).exit_code == 2
+    typo = runner.invoke(app, ["rules", "show", "cuda-om"])
+    assert typo.exit_code == 2 and "did you mean 'cuda-oom'?" in typo.stderr
+
+
+def test_config_help_keeps_its_brackets() -> None:
+    shown = runner.invoke(app, ["analyze", "--help"], env={"COLUMNS": "200"})
+    assert "pyproject.toml with [tool.crashlens])" in shown.stdout
 
 
 def test_bundled_rules_lint_clean_and_pass_their_fixtures() -> None:

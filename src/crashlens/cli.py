@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import sys
@@ -98,7 +99,7 @@ def _version(value: bool) -> None:
 ConfigOption = typer.Option(
     "--config",
     metavar="FILE",
-    help="Config file (crashlens.yaml, or a pyproject.toml with [tool.crashlens]) instead of "
+    help="Config file (crashlens.yaml, or a pyproject.toml with \\[tool.crashlens]) instead of "
     "the nearest one walking up from here.",
 )
 
@@ -436,6 +437,7 @@ def rules_list(
         rows = [{("class" if k == "cls" else k): getattr(r, k) for k in keys} for r in listed]
         typer.echo(json.dumps(rows, indent=2))
         return
+    typer.echo(f"{'ID':32} {'CLASS':26} {'KIND':8} {'SEVERITY':9} TITLE")
     for rule in listed:
         typer.echo(f"{rule.id:32} {rule.cls:26} {rule.kind:8} {rule.severity:9} {rule.title}")
 
@@ -450,7 +452,9 @@ def rules_show(
     ruleset = _load(rules, config_file=config_file)
     rule = ruleset.by_id.get(rule_id)
     if rule is None:
-        _fail(f"no rule '{rule_id}' (see `crashlens rules list`)")
+        close = difflib.get_close_matches(rule_id, list(ruleset.by_id), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        _fail(f"no rule '{rule_id}' ({hint}see `crashlens rules list`)")
     typer.echo(f"# {rule.path}")
     typer.echo(Path(rule.path).read_text(encoding="utf-8"), nl=False)
 
