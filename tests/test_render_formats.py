@@ -588,6 +588,41 @@ def test_github_annotation_points_at_the_users_frame() -> None:
     assert render(kill, "github").startswith(expected)
 
 
+def test_github_paths_are_relative_to_the_repository_and_a_hang_is_an_error(
+    tmp_path: Path,
+) -> None:
+    report = report_for("repro/rank_exception_cascade")
+    frame = report.causes[0].user_frame
+    assert frame is not None and frame.file.startswith("/")
+    root = Path(frame.file).parent.parent
+    relative = Path(frame.file).relative_to(root).as_posix()
+    first = render(report, "github", repo_root=root).splitlines()[0]
+    assert first.startswith(f"::error file={ci.gh_property(relative)},line=24,")
+    outside = render(report, "github", repo_root=tmp_path).splitlines()[0]
+    assert f"file={ci.gh_property(frame.file)}," in outside
+    # A hang with no root cause: its timeout is a symptom, but the job failed: ::error.
+    hang = analyze([FIXTURES / "flight" / "gloo_hang" / "tee-hang-rank2"])
+    assert hang.causes[0].kind == "symptom"
+    assert render(hang, "github").startswith("::error ")
+
+
+def test_github_format_appends_the_job_summary(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from crashlens.cli import app
+
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    job = str(FIXTURES / "gpu/cuda_oom_single")
+    result = CliRunner().invoke(
+        app, ["analyze", job, "-f", "github"], env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
+    assert result.exit_code == 1 and result.stdout.startswith("::error ")
+    written = summary.read_text()
+    assert written.startswith("earlier step\n") and "crashlens" in written
+    assert "CUDA out of memory" in written
+
+
 # --- the terminal -------------------------------------------------------------------------------
 
 

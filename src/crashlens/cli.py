@@ -335,7 +335,19 @@ def _emit(
     width = env.width() if to_stdout else PIPE_WIDTH
     # A terminal gets wrapped lines with hanging indents; a pipe or a file, plain lines.
     terminal = to_stdout and (env.stdout_isatty or color)
-    text = render(report, fmt, color=color, width=width, verbose=verbose, terminal=terminal)
+    text = render(
+        report, fmt, color=color, width=width, verbose=verbose, terminal=terminal,
+        repo_root=env.repo_root,
+    )  # fmt: skip
+    if fmt == "github" and env.step_summary is not None:
+        # A GitHub Actions job's summary page: the Markdown report, appended.
+        try:
+            with env.step_summary.open("a", encoding="utf-8") as summary:
+                summary.write(render(report, "markdown") + "\n")
+        except OSError as exc:
+            typer.echo(
+                f"crashlens: warning: cannot write the job summary: {exc.strerror}", err=True
+            )
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")

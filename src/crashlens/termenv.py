@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 PIPE_WIDTH = 100
 
@@ -25,6 +26,11 @@ class Environment:
     no_color: bool = False
     force_color: bool = False
     columns: int = PIPE_WIDTH
+    #: The repository the command runs in (the nearest directory holding ``.git``), for
+    #: paths a code host can attach to its files (GitHub annotations).
+    repo_root: Path | None = None
+    #: ``$GITHUB_STEP_SUMMARY``: the file a GitHub Actions job's summary is appended to.
+    step_summary: Path | None = None
 
     @classmethod
     def from_process(cls, environ: Mapping[str, str] | None = None) -> Environment:
@@ -36,6 +42,10 @@ class Environment:
             no_color="NO_COLOR" in env,
             force_color=env.get("FORCE_COLOR", "0") not in ("", "0"),
             columns=shutil.get_terminal_size((PIPE_WIDTH, 24)).columns,
+            repo_root=_repo_root(Path.cwd()),
+            step_summary=Path(env["GITHUB_STEP_SUMMARY"])
+            if env.get("GITHUB_STEP_SUMMARY")
+            else None,
         )
 
     def without_color(self) -> Environment:
@@ -52,3 +62,11 @@ class Environment:
         """Columns for output to stdout (or stderr)."""
         tty = self.stderr_isatty if stderr else self.stdout_isatty
         return min(max(self.columns, 60), 160) if tty else PIPE_WIDTH
+
+
+def _repo_root(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` that holds ``.git``."""
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import iso, location, plural
@@ -40,24 +41,40 @@ def gh_property(text: str) -> str:
     return gh_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(report: Report, **_: Any) -> str:
-    """One ``::error``/``::warning`` line per cause (``::notice`` when nothing failed)."""
+def render_github(report: Report, *, repo_root: Path | None = None, **_: Any) -> str:
+    """One ``::error``/``::warning`` line per cause (``::notice`` when nothing failed). The job
+    failed, so its primary finding is an ``::error`` whatever its kind (a hang's unexplained
+    timeout too); ``file=`` is relative to ``repo_root`` when the file lies inside it, so the
+    annotation attaches to the diff."""
     if not report.causes:
         return f"::notice title={gh_property('crashlens')}::{gh_data(report.verdict)}\n"
-    return "".join(_annotation(c) + "\n" for c in report.causes)
+    return "".join(
+        _annotation(c, primary=i == 0, root=repo_root) + "\n" for i, c in enumerate(report.causes)
+    )
 
 
-def _annotation(cause: Cause) -> str:
+def repo_relative(path: str, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it is an absolute path inside it, else as given."""
+    if root is None or not path.startswith("/"):
+        return path
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return path
+
+
+def _annotation(cause: Cause, *, primary: bool = False, root: Path | None = None) -> str:
     rule = cause.match.rule
-    level = "error" if cause.kind == "cause" and cause.confidence >= WARN_BELOW else "warning"
+    confident = cause.kind == "cause" and cause.confidence >= WARN_BELOW
+    level = "error" if primary or confident else "warning"
     props = []
     ev = _cited(cause)
     frame = cause.user_frame
     if frame is not None:
         # Where the user's code failed: the line a reviewer can fix, not the log line.
-        props += [f"file={gh_property(frame.file)}", f"line={frame.line}"]
+        props += [f"file={gh_property(repo_relative(frame.file, root))}", f"line={frame.line}"]
     elif ev is not None:
-        props.append(f"file={gh_property(ev.file)}")
+        props.append(f"file={gh_property(repo_relative(ev.file, root))}")
         if ev.line > 0:
             props.append(f"line={ev.line}")
     title = f"crashlens: {rule.title} ({rule.cls})"
