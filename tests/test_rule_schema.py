@@ -90,3 +90,13 @@ def test_a_user_rule_with_a_bad_regex_is_refused_as_it_loads(tmp_path: Path) -> 
     )
     rules = load_rules([tmp_path])
     assert any("invalid regex" in s and "bad.yaml" in s for s in rules.skipped)
+
+
+def test_maintainers_notes_stay_out_of_what_users_read() -> None:
+    """Where a message format or a fixture line comes from is for maintainers (``notes:``);
+    descriptions are shown in reports."""
+    from crashlens.rulebase import load_rules
+
+    phrases = ("re-read in source", "Fixture lines", "as posted in", "seen in real logs")
+    leaked = [r.id for r in load_rules().rules if any(p in (r.description or "") for p in phrases)]
+    assert leaked == []

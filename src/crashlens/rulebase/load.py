@@ -32,6 +32,7 @@ from crashlens.rulebase.schema import (
 _RULE_KEYS = {
     "id", "title", "class", "severity", "kind", "description", "detectors", "condition",
     "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
+    "notes",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
 #: The pattern of a ``flight:`` detector: it never matches a line.
