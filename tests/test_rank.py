@@ -83,3 +83,49 @@ def test_user_frame_names_the_users_code_in_the_remediation() -> None:
     assert user is not None and user.user_frame is not None
     assert f"the last frame of yours on the stack is `{user.user_frame}`" in user.remediation
     assert "innermost user frame" not in user.remediation
+
+
+def test_fill_leaves_whole_sentences_when_clauses_go() -> None:
+    # the "or" that joined a dropped clause goes, the rest starts with a capital
+    assert fill("Lower {x}; or use less of it.", {}) == "Use less of it."
+    # an aside is one clause: its commas do not split it
+    assert (
+        fill("Find the rank that did not arrive (hung, slow, or dead), then fix {what}.", {})
+        == "Find the rank that did not arrive (hung, slow, or dead)."
+    )
+    # a dropped aside leaves no space before what followed it
+    text = "Kill the stale process holding it\n(`ss -ltnp | grep {port}`), or pick another port."
+    assert fill(text, {}) == "Kill the stale process holding it, or pick another port."
+    # each sentence of a paragraph keeps its own start
+    assert fill("Rank {rank} ran it: the ranks differ. Fix it.", {}) == "The ranks differ. Fix it."
+
+
+def test_every_bundled_remediation_degrades_to_sentences() -> None:
+    """Rendered with every subset of its values unknown, no bundled rule's advice is empty or
+    has a paragraph that starts mid-sentence (a lower-case word or a joiner) where the fully
+    known rendering does not."""
+    import itertools
+    import re
+
+    from crashlens.rulebase import load_rules
+
+    placeholder = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+
+    def starts(out: str) -> set[str]:
+        blocks = (re.sub(r"^\s*(?:\d+\.|[-*])\s+", "", b.strip()) for b in out.split("\n"))
+        return {b.split(" ", 1)[0] for b in blocks if b}
+
+    problems = []
+    for rule in load_rules().rules:
+        template = rule.remediation or ""
+        names = sorted(set(placeholder.findall(template)))
+        full = starts(fill(template, dict.fromkeys(names, "X1")))
+        for k in range(len(names)):
+            for known in itertools.combinations(names, k):
+                out = fill(template, dict.fromkeys(known, "X1"))
+                if template and not out.strip():
+                    problems.append((rule.id, known, "empty"))
+                for word in starts(out) - full:
+                    if (word[:1].islower() and word[:1] != "`") or word.lower() in ("or", "and"):
+                        problems.append((rule.id, known, word))
+    assert problems == []

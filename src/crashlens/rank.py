@@ -118,7 +118,9 @@ def fill(template: str, values: dict[str, str]) -> str:
         return all(n in values for n in _PLACEHOLDER.findall(text))
 
     blocks = []
-    for block in _blocks(_ASIDE.sub(aside, template)):
+    # An aside that goes leaves no space before the punctuation that followed it.
+    shown = _SPACE_BEFORE_STOP.sub("", _ASIDE.sub(aside, template))
+    for block in _blocks(shown):
         if not known(block):
             block = _drop_clauses(block, known)
         if block:
@@ -188,7 +190,31 @@ def _format(text: str, values: dict[str, str], convert: Callable[[str], str]) ->
 
 
 _ITEM = re.compile(r"(?:\d+\.|[-*]) ")
-_CLAUSE = re.compile(r"(?<=[,;])\s+|(?<=:)\s+")
+#: Spaces an aside left before a comma or a full stop when it was dropped.
+_SPACE_BEFORE_STOP = re.compile(r"(?:[ \t]*\n[ \t]*|[ \t]+)(?=[,.;:](?:\s|$))")
+#: Words that join a clause to the one before it: left first when that one is dropped.
+_JOINERS = ("or ", "and ", "but ", "then ", "so ", "else ")
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split after ``,`` ``;`` and ``:`` at its top level: never inside parentheses,
+    brackets or a code span, so an aside ("(hung, slow, or dead)") stays whole."""
+    parts: list[str] = []
+    depth, code, start = 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "`":
+            code = not code
+        elif code:
+            continue
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch in ",;:" and depth == 0 and text[i + 1 : i + 2] == " ":
+            parts.append(text[start : i + 1])
+            start = i + 2
+    parts.append(text[start:])
+    return [p for p in parts if p]
 
 
 def _blocks(template: str) -> list[str]:
@@ -212,16 +238,55 @@ def _blocks(template: str) -> list[str]:
 
 
 def _drop_clauses(block: str, known: Callable[[str], bool]) -> str:
-    """``block`` without the clauses that need an unknown value ("" if nothing is left)."""
+    """``block`` without the clauses that need an unknown value ("" if nothing is left), each
+    sentence still one: what is left of it starts with a capital, not with the "or" that
+    joined it to a dropped clause; a sentence left with nothing goes."""
     marker = _ITEM.match(block)
     head = marker.group(0) if marker else ""
-    kept = [c for c in _CLAUSE.split(block[len(head) :]) if known(c)]
-    text = " ".join(kept).rstrip(",;: ")
-    if not text or text.endswith(":") or not any(ch.isalnum() for ch in text):
-        return ""
-    if block.rstrip().endswith(".") and not text.endswith("."):
-        text += "."
-    return head + text
+    out: list[str] = []
+    for sentence in _sentences(block[len(head) :]):
+        if known(sentence):
+            out.append(sentence)
+            continue
+        kept = [c for c in _clauses(sentence) if known(c)]
+        text = " ".join(kept).rstrip(",;: ")
+        if not text or text.endswith(":") or not any(ch.isalnum() for ch in text):
+            continue
+        if sentence.rstrip().endswith(".") and not text.endswith("."):
+            text += "."
+        out.append(_sentence(text))
+    return head + " ".join(out) if out else ""
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` split after each ``. `` at its top level (not in a code span or an aside)."""
+    parts: list[str] = []
+    depth, code, start = 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "`":
+            code = not code
+        elif code:
+            continue
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == "." and depth == 0 and text[i + 1 : i + 2] == " ":
+            parts.append(text[start : i + 1])
+            start = i + 2
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def _sentence(text: str) -> str:
+    """``text`` begun as a sentence: a leading joiner dropped, the first letter a capital."""
+    for joiner in _JOINERS:
+        if text.lower().startswith(joiner):
+            text = text[len(joiner) :]
+            break
+    if text[:1].islower():
+        text = text[0].upper() + text[1:]
+    return text
 
 
 def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFailure | None]:
