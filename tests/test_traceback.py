@@ -150,3 +150,19 @@ def test_stdout_interleaved_into_the_frames_is_not_the_exception() -> None:
     exc = assemble(text).done[0].exceptions[-1]
     assert (exc.type, exc.message) == ("ValueError", "label index 11")
     assert exc.lineno == 7
+
+
+def test_each_frame_keeps_its_source_line_not_the_position_markers() -> None:
+    # CPython 3.11's layout (captured): a source line, then ^^^^ / ~~~~ markers under it.
+    asm = assemble(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 12, in <module>\n'
+        "    total = weights[key] * 2\n"
+        "            ~~~~~~~^^^^^\n"
+        '  File "/home/u/train.py", line 7, in helper\n'
+        "KeyError: 'lr'\n"
+    )
+    (tb,) = asm.done
+    frames = tb.exceptions[-1].frames
+    assert frames[0].code == "total = weights[key] * 2"
+    assert frames[1].code == ""  # a frame printed without its source line

@@ -88,6 +88,8 @@ class Frame:
     line: int
     function: str
     user_code: bool
+    #: The source line the traceback printed under the frame (``loss.backward()``), if any.
+    code: str = ""
 
     def __str__(self) -> str:
         """``data.py:91 in __getitem__``."""

@@ -274,7 +274,7 @@ def _first(ff: FirstFailure | None) -> dict[str, Any] | None:
 def _frame(frame: Frame | None) -> dict[str, Any] | None:
     if frame is None:
         return None
-    return {"file": frame.file, "line": frame.line, "function": frame.function}
+    return {"file": frame.file, "line": frame.line, "function": frame.function, "code": frame.code}
 
 
 def _rank(r: RankSummary) -> dict[str, Any]:

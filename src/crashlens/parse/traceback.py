@@ -46,6 +46,10 @@ TEXT_HEAD_LINES = 100
 #: Frames kept of a deep traceback (a RecursionError): the outermost and the innermost ones.
 MAX_FRAMES = 200
 FRAMES_HEAD = 20
+#: Longest source line kept for a frame.
+MAX_CODE = 200
+#: CPython 3.11+'s position markers under a source line (``~~~~^^^^``).
+_MARKERS = regex.compile(r"[~^\s]+")
 MAX_MESSAGE_LINES = 60
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
@@ -74,6 +78,8 @@ class PartialTraceback:
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
     noise: int = 0
+    #: The last line was a ``File ...`` line: the next indented one is its source line.
+    code_next: bool = False
     #: Time of the header line (own or inferred), fixed when the traceback starts.
     stamp: tuple[float | None, bool] | None = None
     #: Further headers seen among the frames: other processes writing the same console.
@@ -108,6 +114,15 @@ class PartialTraceback:
         if len(self.frames) >= MAX_FRAMES:
             del self.frames[FRAMES_HEAD]
         self.frames.append(frame)
+        self.code_next = True
+
+    def source_line(self, text: str) -> None:
+        """An indented line among the frames: the last frame's source line when it follows
+        its ``File ...`` line (not the ``^^^^`` markers under it)."""
+        code = text.strip()
+        if self.code_next and code and self.frames and not _MARKERS.fullmatch(code):
+            self.frames[-1] = dataclasses.replace(self.frames[-1], code=code[:MAX_CODE])
+        self.code_next = False
 
     def begin_exception(self, lineno: int, text: str) -> None:
         m = _EXC_LINE.fullmatch(text)
@@ -345,6 +360,7 @@ class TracebackAssembler:
             tb.noise = 0
             return True
         if not text.strip() or text[0].isspace():
+            tb.source_line(text)
             return True
         if text.startswith(TB_HEADER):
             # Another process began its traceback in the same console: frames now interleave.

@@ -250,6 +250,8 @@ def _first_failure(ff: FirstFailure, marks: _Marks, *, verbose: bool) -> list[Ro
     rows = [Row(_text(f"{at} ({location(ff.file, ff.line)})"), Text(f"{who}{host}{verb}", "bold"))]
     if ff.frame is not None:
         rows.append(Row(_text(str(ff.frame)), Text("in your code: ", "dim"), indent=2))
+        if ff.frame.code:
+            rows.append(Row(_text(ff.frame.code, "bold"), indent=4))
     text = ff.text if verbose else cut_words(ff.text, SHORT_MESSAGE)
     rows.append(Row(_text(text, "red"), indent=2))
     return rows
