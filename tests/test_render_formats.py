@@ -745,3 +745,10 @@ def test_a_log_without_timestamps_gets_no_timeline_panel(tmp_path: Path) -> None
     html = render(analyze([tmp_path]), "html")
     assert "<h2>Timeline</h2>" not in html and "1970" not in html
     assert "ValueError: bad config" in html
+
+
+def test_verbose_view_names_no_clock_skew_for_a_host_the_logs_do_not_have() -> None:
+    report = analyze([FIXTURES / "gpu/cuda_oom_single"], skew={"node-99": 2.5})
+    assert "node-99" in report.clock_skew  # the override is kept in the report...
+    verbose = render(report, "text", verbose=True)
+    assert "Clock skew corrected" not in verbose and "node-99" not in verbose  # ...not shown

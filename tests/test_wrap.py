@@ -240,3 +240,12 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     assert f"({header[1]})" in verdict, proc.stderr[-3000:]
     assert f'"class": "{header[1]}"' in report.read_text()
     assert _procs_with(str(data)) == []
+
+
+def test_a_command_not_found_leaves_no_capture_directory(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        _wrap(["--", "no-such-command-for-crashlens"]),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 127 and "command not found" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ No analysis happens here either: ``run`` analyses what it captured with a
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -95,9 +96,12 @@ def run_command(
     target = log_dir or default_log_dir()
     try:
         result = run_and_tee(argv, target)
-    except FileNotFoundError:
-        _fail(f"command not found: {argv[0]}", 127)
-    except PermissionError as exc:
+    except (FileNotFoundError, PermissionError) as exc:
+        if log_dir is None:
+            # Nothing ran: the capture directory crashlens chose holds nothing worth keeping.
+            shutil.rmtree(target, ignore_errors=True)
+        if isinstance(exc, FileNotFoundError):
+            _fail(f"command not found: {argv[0]}", 127)
         _fail(f"cannot run {argv[0]}: {exc.strerror}", 126)
     except OSError as exc:
         _fail(f"cannot start {argv[0]} or write {target}: {exc.strerror or exc}")

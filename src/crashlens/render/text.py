@@ -186,7 +186,10 @@ def view(report: Report, *, verbose: bool = False) -> list[Row]:
     marks = _Marks()
     if verbose and report.first_failure is not None:
         rows.append(Row(_text(report.story)))
-    shifted = {h: c for h, c in report.clock_skew.items() if c.applied and c.offset_s}
+    hosts = {r.host for r in report.ranks if r.host}
+    shifted = {
+        h: c for h, c in report.clock_skew.items() if c.applied and c.offset_s and h in hosts
+    }
     if verbose and shifted:
         parts = [
             f"{h} {c.offset_s:+.3f}s ±{c.uncertainty_s:.3f}" for h, c in sorted(shifted.items())
