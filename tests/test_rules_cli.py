@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from crashlens.cli import app
 from crashlens.rulebase import load_rules
 from crashlens.rulebase.lint import lint
+from crashlens.ruletest import LINT_VALIDATORS
 
 runner = CliRunner()
 
@@ -45,7 +46,7 @@ def test_config_help_keeps_its_brackets() -> None:
 
 
 def test_bundled_rules_lint_clean_and_pass_their_fixtures() -> None:
-    assert lint(load_rules()) == []
+    assert lint(load_rules(), LINT_VALIDATORS) == []
     result = runner.invoke(app, ["rules", "test"])
     assert result.exit_code == 0, result.output
 

@@ -37,7 +37,7 @@ from crashlens.repro.cli import repro_app, run_for_report
 from crashlens.rulebase import RuleSet, default_rules_dir
 from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
-from crashlens.ruletest import fixture_files, run_fixture
+from crashlens.ruletest import LINT_VALIDATORS, fixture_files, run_fixture
 from crashlens.session import Session
 from crashlens.termenv import PIPE_WIDTH, Environment
 
@@ -476,7 +476,7 @@ def rules_lint(
     rules: RulesOption = None, config_file: Annotated[Path | None, ConfigOption] = None
 ) -> None:
     """Check rules; exit 2 if a file is invalid, 1 for problems loading does not catch."""
-    issues = lint(_load(rules, strict=True, config_file=config_file))
+    issues = lint(_load(rules, strict=True, config_file=config_file), LINT_VALIDATORS)
     for issue in issues:
         typer.echo(str(issue))
     typer.echo(f"{len(issues)} issue(s)", err=True)

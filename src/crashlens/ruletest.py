@@ -19,7 +19,10 @@ captured (logs and Flight Recorder dumps), read as ``crashlens analyze`` reads o
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +31,9 @@ import yaml
 from crashlens.errors import RuleError
 from crashlens.ingest.discover import attribute
 from crashlens.model import Source
-from crashlens.rulebase.schema import RuleSet
+from crashlens.rank import fill
+from crashlens.rulebase.lint import VALIDATORS, Validator
+from crashlens.rulebase.schema import Rule, RuleSet
 from crashlens.session import SequentialRunner, Session
 
 DIRECTIVE = "#! "
@@ -152,3 +157,53 @@ def _run_tree(path: Path, rules: RuleSet) -> FixtureResult:
     for m in session.match(hits, timeline.facts):
         result.actual[m.rule.id].add(0)
     return result
+
+
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+_ITEM_MARK = re.compile(r"^\s*(?:\d+\.|[-*])\s+")
+#: Joiners a paragraph must not start with (the clause they joined was dropped).
+_JOINERS = ("or", "and", "but", "then")
+
+
+def remediation_fragments(rule: Rule) -> Iterator[str]:
+    """How ``rule``'s remediation reads when values are unknown: rendered with every subset of
+    its placeholders missing, a result that is empty or has a paragraph starting mid-sentence
+    (a lower-case word, a joiner) that the fully known rendering does not have."""
+    template = rule.remediation or ""
+    names = sorted(set(_PLACEHOLDER.findall(template)))
+    if not names:
+        return
+
+    def starts(out: str) -> set[str]:
+        blocks = (_ITEM_MARK.sub("", b.strip()) for b in out.split("\n"))
+        return {b.split(" ", 1)[0] for b in blocks if b}
+
+    full = starts(fill(template, dict.fromkeys(names, "X")))
+    for k in range(len(names)):
+        for known in itertools.combinations(names, k):
+            missing = ", ".join(n for n in names if n not in known)
+            out = fill(template, dict.fromkeys(known, "X"))
+            if not out.strip():
+                yield f"remediation is empty without {missing}"
+                continue
+            for word in sorted(starts(out) - full):
+                if (word[:1].islower() and word[:1] != "`") or word.lower() in _JOINERS:
+                    yield f"remediation without {missing} has a paragraph starting {word!r}"
+
+
+class WholeSentences(Validator):
+    """Advice that reads as sentences whatever the log did not say (``rules lint``)."""
+
+    code = "CL103"
+
+    def check(self, rule: Rule, rules: RuleSet) -> Iterator[str]:
+        seen: set[str] = set()
+        for problem in remediation_fragments(rule):
+            if problem not in seen:
+                seen.add(problem)
+                yield problem
+
+
+#: What ``crashlens rules lint`` runs: the rule base's validators and the remediation check
+#: (which renders templates, a later stage than the rule base).
+LINT_VALIDATORS: tuple[Validator, ...] = (*VALIDATORS, WholeSentences())
