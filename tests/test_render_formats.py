@@ -752,3 +752,24 @@ def test_verbose_view_names_no_clock_skew_for_a_host_the_logs_do_not_have() -> N
     assert "node-99" in report.clock_skew  # the override is kept in the report...
     verbose = render(report, "text", verbose=True)
     assert "Clock skew corrected" not in verbose and "node-99" not in verbose  # ...not shown
+
+
+def test_slack_names_the_job_and_links_the_report() -> None:
+    report = report_for("gpu/cuda_oom_single")
+    message = json.loads(
+        render(report, "slack", job="<!channel> llama-ft 4242", report_url="https://ci.example/r/1")
+    )
+    header = message["blocks"][0]["text"]
+    assert header["type"] == "plain_text"  # the name is shown, never read as markup
+    assert header["text"] == "crashlens: <!channel> llama-ft 4242: job failed"
+    texts = [b.get("text", {}).get("text", "") for b in message["blocks"]]
+    assert "<https://ci.example/r/1|Full report>" in texts
+    odd = json.loads(render(report, "slack", report_url="https://x.example/a|<!here>"))
+    assert not any("Full report" in b.get("text", {}).get("text", "") for b in odd["blocks"])
+
+
+def test_the_cli_takes_the_job_name_from_slurm() -> None:
+    from crashlens.cli import _scheduler_job
+
+    assert _scheduler_job({"SLURM_JOB_NAME": "llama-ft", "SLURM_JOB_ID": "4242"}) == "llama-ft 4242"
+    assert _scheduler_job({}) is None

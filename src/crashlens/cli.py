@@ -7,7 +7,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -191,6 +191,18 @@ def analyze(
         str | None,
         typer.Option("--post-slack", metavar="URL", help="Post the Slack message to this webhook."),
     ] = None,
+    job_name: Annotated[
+        str | None,
+        typer.Option(
+            "--job-name",
+            metavar="NAME",
+            help="The job's name in the Slack message (default: $SLURM_JOB_NAME $SLURM_JOB_ID).",
+        ),
+    ] = None,
+    report_url: Annotated[
+        str | None,
+        typer.Option("--report-url", metavar="URL", help="Link the full report from Slack."),
+    ] = None,
     fail_on: Annotated[
         str,
         typer.Option(
@@ -272,12 +284,14 @@ def analyze(
             typer.echo(f"crashlens: warning: --skew names host '{host}', not in the logs", err=True)
         for note in report.notes:
             typer.echo(f"crashlens: {note}", err=True)
+    slack_options = {"job": job_name or _scheduler_job(os.environ), "report_url": report_url}
     for i, fmt in enumerate(formats):
         output = files[i] if i < len(files) else None
-        _emit(report, fmt, output, quiet=quiet, no_color=no_color, verbose=verbose)
+        _emit(report, fmt, output, quiet=quiet, no_color=no_color, verbose=verbose,
+              options=slack_options)  # fmt: skip
     if post_slack_url:
         try:
-            _post_slack(post_slack_url, render(report, "slack"))
+            _post_slack(post_slack_url, render(report, "slack", **slack_options))
         except CrashlensError as exc:
             # The diagnosis stands: its exit status is the job's verdict, the post a side effect.
             typer.echo(f"crashlens: warning: {exc}", err=True)
@@ -327,6 +341,7 @@ def _emit(
     quiet: bool,
     no_color: bool,
     verbose: bool = False,
+    options: dict[str, str | None] | None = None,
 ) -> None:
     env = Environment.from_process()
     env = env.without_color() if no_color else env
@@ -337,7 +352,7 @@ def _emit(
     terminal = to_stdout and (env.stdout_isatty or color)
     text = render(
         report, fmt, color=color, width=width, verbose=verbose, terminal=terminal,
-        repo_root=env.repo_root,
+        repo_root=env.repo_root, **(options or {}),
     )  # fmt: skip
     if fmt == "github" and env.step_summary is not None:
         # A GitHub Actions job's summary page: the Markdown report, appended.
@@ -542,6 +557,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         return int(ExitCode.USAGE)
     return int(code) if isinstance(code, int) else int(ExitCode.OK)
+
+
+def _scheduler_job(environ: Mapping[str, str]) -> str | None:
+    """The job as its scheduler names it (``train-llama 123456`` under SLURM), if it does."""
+    parts = [environ.get("SLURM_JOB_NAME", ""), environ.get("SLURM_JOB_ID", "")]
+    return " ".join(p for p in parts if p) or None
 
 
 def _post_slack(url: str, payload: str) -> None:

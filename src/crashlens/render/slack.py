@@ -71,20 +71,35 @@ def _section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, MAX_SECTION)}}
 
 
-def render(report: Report, **_: Any) -> str:
-    """Render ``report`` as a Block Kit JSON payload."""
-    return json.dumps(payload(report), indent=2, ensure_ascii=False) + "\n"
+def render(
+    report: Report, *, job: str | None = None, report_url: str | None = None, **_: Any
+) -> str:
+    """Render ``report`` as a Block Kit JSON payload (``job``: its name in the header;
+    ``report_url``: a link to the full report)."""
+    return json.dumps(payload(report, job, report_url), indent=2, ensure_ascii=False) + "\n"
 
 
-def payload(report: Report) -> dict[str, Any]:
+#: A URL Slack's ``<url|text>`` link syntax can carry as it is.
+_LINKABLE = re.compile(r"https?://[^\s|<>]+")
+#: Slack's limit on a header's text.
+MAX_HEADER = 150
+
+
+def payload(
+    report: Report, job: str | None = None, report_url: str | None = None
+) -> dict[str, Any]:
     """The Block Kit message as a dict (``render`` serialises it)."""
     top = report.primary
     status = "no failure found" if top is None else "job failed"
     icon = ":white_check_mark:" if top is None else ":rotating_light:"
+    title = f"crashlens: {job}: {status}" if job else f"crashlens: {status}"
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": f"crashlens: {status}"}},
+        # plain_text: a job name is shown as written, never read as markup
+        {"type": "header", "text": {"type": "plain_text", "text": truncate(title, MAX_HEADER)}},
         _section(f"{icon} *{slack_escape(report.verdict)}*"),
     ]
+    if report_url and _LINKABLE.fullmatch(report_url):
+        blocks.append(_section(f"<{slack_escape(report_url)}|Full report>"))
     if top is not None:
         rule = top.match.rule
         fields = [
