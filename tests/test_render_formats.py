@@ -773,3 +773,18 @@ def test_the_cli_takes_the_job_name_from_slurm() -> None:
 
     assert _scheduler_job({"SLURM_JOB_NAME": "llama-ft", "SLURM_JOB_ID": "4242"}) == "llama-ft 4242"
     assert _scheduler_job({}) is None
+
+
+def test_verbose_view_shows_the_users_stack_with_library_frames_folded() -> None:
+    report = report_for("gpu/cuda_oom_single")
+    lines = render(report, "text", verbose=True).splitlines()
+    start = lines.index("  Stack (your frames; most recent call last):")
+    stack = lines[start + 1 : start + 40]
+    assert stack[0].strip() == "/home/alice/llm/train.py:214 in <module>"
+    assert stack[1].strip() == "main()"
+    assert "    … 2 library frames" in stack
+    assert "/home/alice/llm/model.py:84 in forward" in [s.strip() for s in stack]
+    # the default view shows the failing line of the user's code under the frame
+    short = render(report, "text").splitlines()
+    at = short.index("  in your code: /home/alice/llm/model.py:84 in forward")
+    assert short[at + 1].strip() == "h = self.act(self.fc_in(x))"

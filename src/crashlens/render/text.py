@@ -197,6 +197,8 @@ def view(report: Report, *, verbose: bool = False) -> list[Row]:
         rows.append(Row(_text(", ".join(parts), "dim"), Text("Clock skew corrected: ", "dim")))
     if report.first_failure is not None:
         rows += _first_failure(report.first_failure, marks, verbose=verbose)
+        if verbose:
+            rows += _user_stack(report)
     if verbose:
         for i, cause in enumerate(report.causes, 1):
             rows += _cause_block(i, cause, report.first_failure, marks)
@@ -206,6 +208,39 @@ def view(report: Report, *, verbose: bool = False) -> list[Row]:
         rows.append(Row(Text(INFERRED_LEGEND, "dim")))
     rows += _flight(report, verbose=verbose)
     rows += _inventory(report, verbose=verbose)
+    return rows
+
+
+def _user_stack(report: Report) -> list[Row]:
+    """The first failure's traceback as the user follows it: their frames with the source
+    line, each run of library frames folded into one line."""
+    ff = report.first_failure
+    if ff is None or ff.frame is None:
+        return []
+    tb = next(
+        (
+            t
+            for t in report.tracebacks
+            if t.source.path == ff.file and t.start_line <= ff.line <= t.final.lineno
+        ),
+        None,
+    )
+    if tb is None or not tb.final.frames:
+        return []
+    rows = [Row(Text("Stack (your frames; most recent call last):", "dim"), indent=2)]
+    folded = 0
+    for frame in tb.final.frames:
+        if not frame.user_code:
+            folded += 1
+            continue
+        if folded:
+            rows.append(Row(_text(f"… {plural(folded, 'library frame')}", "dim"), indent=4))
+            folded = 0
+        rows.append(Row(_text(str(frame)), indent=4))
+        if frame.code:
+            rows.append(Row(_text(frame.code, "bold"), indent=6))
+    if folded:
+        rows.append(Row(_text(f"… {plural(folded, 'library frame')}", "dim"), indent=4))
     return rows
 
 
