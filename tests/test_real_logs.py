@@ -176,7 +176,7 @@ def test_hf_transformers_timestamps_are_read() -> None:
     ("case", "cls", "rule"),
     [
         # NCCL's "Cuda failure 'out of memory'" WARN under a NCCL error (NVIDIA/nccl#1235)
-        ("tune/nvidia-nccl-1235", "cuda_oom", "cuda-oom"),
+        ("tune/nvidia-nccl-1235", "cuda_oom", "nccl-buffer-oom"),
         # torch.save's "PytorchStreamWriter failed writing file" on a full disk (no ENOSPC)
         ("tune/h2oai-h2o-llmstudio-214", "disk_full", "disk-full"),
         # an extension built against another torch: "undefined symbol"
