@@ -199,6 +199,12 @@ _JOINERS = ("or ", "and ", "but ", "then ", "so ", "else ")
 def _clauses(text: str) -> list[str]:
     """``text`` split after ``,`` ``;`` and ``:`` at its top level: never inside parentheses,
     brackets or a code span, so an aside ("(hung, slow, or dead)") stays whole."""
+    return _split_top(text, ",;:")
+
+
+def _split_top(text: str, stops: str) -> list[str]:
+    """``text`` split after each character of ``stops`` that a space follows, at the top level
+    only (not inside parentheses, brackets or a code span); the space is dropped."""
     parts: list[str] = []
     depth, code, start = 0, False, 0
     for i, ch in enumerate(text):
@@ -210,11 +216,11 @@ def _clauses(text: str) -> list[str]:
             depth += 1
         elif ch in ")]":
             depth = max(0, depth - 1)
-        elif ch in ",;:" and depth == 0 and text[i + 1 : i + 2] == " ":
+        elif ch in stops and depth == 0 and text[i + 1 : i + 2] == " ":
             parts.append(text[start : i + 1])
             start = i + 2
     parts.append(text[start:])
-    return [p for p in parts if p]
+    return [p for p in parts if p.strip()]
 
 
 def _blocks(template: str) -> list[str]:
@@ -260,22 +266,7 @@ def _drop_clauses(block: str, known: Callable[[str], bool]) -> str:
 
 def _sentences(text: str) -> list[str]:
     """``text`` split after each ``. `` at its top level (not in a code span or an aside)."""
-    parts: list[str] = []
-    depth, code, start = 0, False, 0
-    for i, ch in enumerate(text):
-        if ch == "`":
-            code = not code
-        elif code:
-            continue
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth = max(0, depth - 1)
-        elif ch == "." and depth == 0 and text[i + 1 : i + 2] == " ":
-            parts.append(text[start : i + 1])
-            start = i + 2
-    parts.append(text[start:])
-    return [p for p in parts if p.strip()]
+    return _split_top(text, ".")
 
 
 def _sentence(text: str) -> str:

@@ -31,7 +31,7 @@ from crashlens.collectives import flight_hits
 from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
-from crashlens.ingest.flight import DumpRefused, looks_like_dump, read_dump
+from crashlens.ingest.flight import DumpRefused, looks_like_dump, rank_of, read_dump
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern
 from crashlens.ingest.read import NotText, Tolerant, compressed, open_binary
 from crashlens.match import Facts, match
@@ -455,7 +455,12 @@ class Session:
 
 
 def _flight_dump(cand: Candidate) -> FileRead | None:
-    """The candidate read as a Flight Recorder dump, when its first bytes say it is one."""
+    """The candidate read as a Flight Recorder dump, when its first bytes say it is one.
+
+    Only a file whose name ends in a rank can be one (the writer appends the rank to its
+    prefix), so the logs of a tree are not opened twice."""
+    if rank_of(Path(cand.display).name) is None:
+        return None
     try:
         # Non-blocking, and only a regular file: a path swapped for a FIFO after discovery
         # must not block the analysis (the text reader reports it).
