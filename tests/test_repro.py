@@ -33,7 +33,7 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def test_catalog_lists_every_script() -> None:
-    scripts = {p.stem for p in catalog.SCRIPTS_DIR.glob("*.py") if p.name != "__init__.py"}
+    scripts = {p.stem for p in catalog.SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_")}
     repros = catalog.discover()
     assert {r.id for r in repros} == scripts
     assert scripts >= GPU_IDS

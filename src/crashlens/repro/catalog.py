@@ -18,7 +18,7 @@ module docstring carries one header line::
 - ``torchrun_args=<a>[,<b>]``: extra torchrun options (e.g. ``--monitor-interval=5``);
 - ``fr=yes``: the run records collectives in the Flight Recorder (``TORCH_FR_BUFFER_SIZE``)
   and the script writes each rank's dump under ``<logs>/flight_recorder/``
-  (``TORCH_FR_DUMP_TEMP_FILE``).
+  (``TORCH_FR_DUMP_TEMP_FILE``) with ``_flight_recorder.py``, copied beside it.
 
 A script's parameters are its ``parser.add_argument("--name", ...)`` calls, read from the source
 (nothing is imported or run), so ``repro run --set name=value`` can be checked before a process
@@ -226,8 +226,11 @@ def script_params(source: str) -> dict[str, Param]:
 
 
 def discover(scripts_dir: Path = SCRIPTS_DIR) -> list[Repro]:
-    """Every repro script with a header, sorted by id."""
-    repros = [parse_header(p) for p in sorted(scripts_dir.glob("*.py")) if p.name != "__init__.py"]
+    """Every repro script with a header, sorted by id (``_name.py`` files are helpers the
+    sandbox copies beside a script that imports them, not repros)."""
+    repros = [
+        parse_header(p) for p in sorted(scripts_dir.glob("*.py")) if not p.name.startswith("_")
+    ]
     return sorted(repros, key=lambda r: r.id)
 
 

@@ -53,6 +53,8 @@ TORCHRUN_LOG_DIR = "torchrun_logs"
 FLIGHT_RECORDER_DIR = "flight_recorder"
 #: The file prefix of a dump: ProcessGroupNCCL's default name, the global rank appended.
 FLIGHT_RECORDER_PREFIX = "comm_lib_trace_rank_"
+#: The module (in ``scripts/``) that ``fr=yes`` scripts import to write their dumps.
+FLIGHT_RECORDER_HELPER = "_flight_recorder.py"
 #: Entries each rank's Flight Recorder keeps (``TORCH_FR_BUFFER_SIZE``).
 FLIGHT_RECORDER_ENTRIES = 2000
 
@@ -457,6 +459,9 @@ def run_script(
     # The job's script is the user's ``train.py`` in the run directory, as in a real job:
     # wherever crashlens is installed (a wheel's site-packages), its frames are the user's.
     script = Path(shutil.copy2(script, workdir / USER_SCRIPT))
+    if flight_recorder:
+        # The scripts that write Flight Recorder dumps share the helper that writes them.
+        shutil.copy2(Path(__file__).parent / "scripts" / FLIGHT_RECORDER_HELPER, workdir)
     log_root = log_root if log_root is not None else workdir
     log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None
