@@ -158,3 +158,41 @@ def test_a_cause_before_the_cut_wins_over_the_cut(tmp_path: Path) -> None:
     log.write_text(oom + cut)
     report = analyze([log])
     assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
+
+
+CORPUS = Path(__file__).parents[1] / "corpus"
+
+
+@pytest.mark.parametrize(
+    ("case", "rule", "line", "rank"),
+    [
+        # the rank's own watchdog timeout, then its traceback cut inside tqdm (verbatim thread)
+        ("validation/huggingface-accelerate-223", "nccl-watchdog-timeout", 1, 2),
+        # rank 3's NCCL error, then rank 2's traceback cut before its exception (verbatim thread)
+        ("validation/nvidia-nccl-1928", "gloo-peer-closed", 5, 3),
+    ],
+)
+def test_a_cut_falls_back_to_the_evidence_before_it(
+    case: str, rule: str, line: int, rank: int
+) -> None:
+    report = analyze([CORPUS / case / "console.log"])
+    assert report.primary is not None and report.primary.rule_id == rule
+    assert "traceback-cut-off" in {e.rule_id for e in report.primary.explains}
+    first = report.first_failure
+    assert first is not None and (first.line, first.rank) == (line, rank)
+
+
+def test_a_cut_before_every_other_finding_stays_the_first_failure(tmp_path: Path) -> None:
+    # rank 0 is killed while printing its traceback; rank 1's watchdog fires half an hour later
+    fixture = Path(__file__).parents[1] / "rules/process/traceback-cut-off/positive.log"
+    cut = [x for x in fixture.read_text().splitlines(True) if x[0] != "#"]
+    (tmp_path / "rank0.log").write_text("2024-05-01 10:00:00,000 - INFO - step 10\n" + "".join(cut))
+    (tmp_path / "rank1.log").write_text(
+        "2024-05-01 10:00:00,000 - INFO - step 10\n"
+        "2024-05-01 10:30:05,000 - ERROR - [E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog caught"
+        " collective operation timeout: WorkNCCL(SeqNum=21, OpType=ALLREDUCE, NumelIn=1,"
+        " NumelOut=1, Timeout(ms)=1800000) ran for 1800089 milliseconds before timing out.\n"
+    )
+    report = analyze([tmp_path])
+    assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"
+    assert report.first_failure is not None and report.first_failure.file.endswith("rank0.log")

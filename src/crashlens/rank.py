@@ -19,6 +19,7 @@ from typing import Literal
 
 from crashlens import facts as facts_mod
 from crashlens.model import (
+    CUT_TRACEBACK,
     Cause,
     Evidence,
     Explained,
@@ -300,6 +301,7 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     absorbed = attribute_symptoms(causes, symptoms)
     kept = [c for c in causes if c.rule_id not in absorbed]
     loose = [s for s in symptoms if s.rule_id not in absorbed]
+    kept, cut_ids = _fold_cuts(kept, loose, index)
     for c in kept:
         c.confidence = _score(c, first)
         if first is not None and any(e.rule_id == first.rule_id for e in c.explains):
@@ -312,6 +314,8 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
         first = _with_rule(first, kept[0])
     if first is not None and kept and first.kind == "crash":
         first = _consistent(first, kept[0])
+    elif first is not None and first.rule_id in cut_ids and (kept or loose):
+        first = _own_ending(first, (kept or loose)[0])
     if first is not None and first.kind == "crash":
         at = Evidence(first.file, first.line, first.rank, first.host, first.time, False, "")
         ids = [h.traceback_id for m in matches for h in m.hits if _same_line(h.evidence, at)]
@@ -331,6 +335,11 @@ def _consistent(first: FirstFailure, primary: Cause) -> FirstFailure:
     related = {primary.rule_id, *(e.rule_id for e in primary.explains)}
     if first.rule_id in related:
         return first
+    return _own_ending(first, primary)
+
+
+def _own_ending(first: FirstFailure, primary: Cause) -> FirstFailure:
+    """The primary cause's own earliest ending (``first`` when it has none)."""
     hits = [h for h in primary.match.hits if h.fatal is not False]
     pick = _earliest(h.evidence for h in hits)
     if pick is None:
@@ -393,6 +402,56 @@ def _frame_of(
         if frame is not None:
             return frame
     return None
+
+
+def _fold_cuts(
+    kept: list[Cause], loose: list[Cause], index: _Tracebacks
+) -> tuple[list[Cause], set[str]]:
+    """Fall back to the evidence before a cut: a traceback the log ends inside is explained by
+    any finding printed before it.
+
+    What was being raised at the cut is unknown, so a finding the lines before it do show (the
+    watchdog's timeout whose traceback was being printed, another rank's NCCL error) tells more
+    about the failure than "the log ends inside a traceback". A cut with nothing before it stays.
+    """
+    cuts = [c for c in kept if _cut_only(c.match, index)]
+    if not cuts:
+        return kept, set()
+    others = [c for c in (*kept, *loose) if not c.match.rule.fallback]
+    folded: list[Cause] = []
+    for cut in cuts:
+        earlier = [
+            o
+            for o in others
+            if any(_precedes(h, cut.match) for h in o.match.hits if h.fatal is not False)
+        ]
+        if earlier:
+            root = min(earlier, key=lambda o: _time_key(o.first_seen))
+            root.explains.append(_explained(cut.match))
+            folded.append(cut)
+    return [c for c in kept if all(c is not f for f in folded)], {f.rule_id for f in folded}
+
+
+def _cut_only(m: Match, index: _Tracebacks) -> bool:
+    """Whether every hit of ``m`` is a traceback the log ends inside."""
+    if not m.rule.fallback or not m.hits:
+        return False
+    tbs = [index.by_id.get(h.traceback_id) if h.traceback_id is not None else None for h in m.hits]
+    return all(tb is not None and tb.final.type == CUT_TRACEBACK for tb in tbs)
+
+
+def _precedes(hit: Hit, cut: Match) -> bool:
+    """Whether ``hit`` was printed before some hit of ``cut``: earlier in the same file, or
+    earlier in time."""
+    a = hit.evidence
+    for other in cut.hits:
+        b = other.evidence
+        if a.file == b.file:
+            if a.line < b.line:
+                return True
+        elif a.time is not None and b.time is not None and a.time <= b.time:
+            return True
+    return False
 
 
 def _revived(matches: list[Match], causes: list[Cause], env: dict[str, str]) -> list[Cause]:
