@@ -34,6 +34,7 @@ class Expected:
     n_ranks: int
     nccl: str | None
     evidence: tuple[str, ...]
+    signature: str | None = None
 
 
 def expected_of(fixture: Path, rules: RuleSet | None = None) -> Expected:
@@ -49,6 +50,7 @@ def expected_of(fixture: Path, rules: RuleSet | None = None) -> Expected:
         n_ranks=len(report.ranks),
         nccl=report.environment.get("nccl"),
         evidence=tuple(e.text for e in top.evidence) if top else (),
+        signature=report.signature(top).key if top else None,
     )
 
 

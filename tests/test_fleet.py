@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION
 from fleet_support import FIXTURE_JOBS, ROOT, Expected, expected_of, make_jobs
 
 FLEET_MODULES = ("ray", "pyarrow", "fsspec", "s3fs", "duckdb", "moto")
@@ -40,7 +41,8 @@ ANALYSIS_COLUMNS = [
     "job_id", "status", "cause_class", "rule", "title", "kind", "confidence", "severity",
     "verdict", "first_rank", "first_host", "first_time", "n_ranks", "n_files", "bytes",
     "n_causes", "symptoms", "torch", "cuda", "nccl", "driver", "gpu", "environment",
-    "crashlens_version", "rules_hash", "error",
+    "crashlens_version", "rules_hash", "error", "signature", "signature_text", "notes",
+    "skipped_files",
 ]  # fmt: skip
 EXTRA_MESSAGE = "crashlens triage needs the fleet extra: pip install 'crashlens[fleet]'"
 
@@ -70,6 +72,7 @@ def _check_rows(frame: pd.DataFrame, jobs: dict[str, Path], expected: dict[Path,
             row.n_files,
             row.n_ranks,
             _none(row.nccl),
+            _none(row.signature),
         )
         assert got == (
             "analysed",
@@ -80,6 +83,7 @@ def _check_rows(frame: pd.DataFrame, jobs: dict[str, Path], expected: dict[Path,
             want.n_files,
             want.n_ranks,
             want.nccl,
+            want.signature,
         ), row.job_id
 
 
@@ -107,7 +111,7 @@ def test_local_engine_rows_and_evidence_match_each_fixtures_analysis(tmp_path, e
     _check_rows(frame, jobs, expected)
     assert set(frame["crashlens_version"]) == {crashlens.__version__}
     assert frame["rules_hash"].nunique() == 1 and len(frame["rules_hash"].iloc[0]) == 16
-    assert set(frame["schema_version"]) == {1}
+    assert set(frame["schema_version"]) == {FLEET_SCHEMA_VERSION}
     assert (frame["path"] == [str(root / j) for j in frame["job_id"]]).all()
     jobs_table, evidence = load(tmp_path / "fleet.parquet")
     pd.testing.assert_frame_equal(jobs_table, frame)
@@ -129,7 +133,9 @@ def test_a_worker_compiles_the_rules_once_and_each_job_gets_fresh_state(tmp_path
     ctx = WorkerContext(rules, rules_hash(rules))
     factory = session_factory(ctx)
     one, two = factory.session(), factory.session()
-    assert one.matcher is two.matcher is factory.template.matcher
+    # the compiled indexes are shared; each job's timeout state is its own
+    assert one.matcher.by_literal is two.matcher.by_literal is factory.template.matcher.by_literal
+    assert one.matcher is not two.matcher and one.matcher.disabled is not two.matcher.disabled
     assert one.inputs is not two.inputs and one.notes is not two.notes
     # The same worker analyses different jobs one after the other: each as if alone.
     root = tmp_path / "jobs"
@@ -150,7 +156,7 @@ def test_incremental_rerun_analyses_only_new_and_changed_jobs(tmp_path, expected
     assert (first.found, first.analysed, first.unchanged) == (20, 20, 0)
     again = run_triage([root], out, workers=2)
     assert (again.analysed, again.unchanged) == (0, 20)
-    assert len(FleetTable(out).committed()) == 1  # nothing appended
+    assert len(FleetTable(out).commits()) == 1  # nothing appended
     # One job's file changes (mtime), two jobs are new.
     log = next(p for p in sorted((root / "job-0003").rglob("*.log")))
     os.utime(log, (log.stat().st_atime + 3600, log.stat().st_mtime + 3600))
@@ -187,23 +193,35 @@ def test_bad_jobs_become_rows_and_the_run_goes_on(tmp_path, expected, capsys):
     before = _snapshot(root)
     assert main(["triage", str(root), "-o", str(out), "--workers", "2"]) == 0
     captured = capsys.readouterr()
-    assert "7 job(s): 7 analysed now (3 ok, 2 empty, 2 error)" in captured.out
+    assert "7 job(s): 7 analysed now (3 ok, 2 empty, 2 damaged, 0 error)" in captured.out
     table = FleetTable(out).read_jobs().set_index("job_id")
-    assert table.loc["broken", "status"] == "error"
-    assert "broken symlink" in table.loc["broken", "error"]
-    assert table.loc["binary", "status"] == "error"
-    assert "binary file" in table.loc["binary", "error"]
+    # logs that exist but cannot be read are damage, with the reason kept per file
+    assert table.loc["broken", "status"] == "damaged"
+    skipped = json.loads(table.loc["broken", "skipped_files"])
+    assert skipped == [{"path": "rank_0.log", "reason": skipped[0]["reason"]}]
+    assert "broken symlink" in skipped[0]["reason"]
+    assert any("nothing readable" in n for n in json.loads(table.loc["broken", "notes"]))
+    assert table.loc["binary", "status"] == "damaged"
+    assert "binary file" in json.loads(table.loc["binary", "skipped_files"])[0]["reason"]
     assert list(table.loc[["docs", "nothing"], "status"]) == ["empty", "empty"]
-    assert captured.err.count("error:") == 2
-    assert "crashlens: job broken: error: nothing readable" in captured.err
+    assert captured.err == ""
     _check_rows(table.loc[sorted(good)].reset_index(), good, expected)
     assert _snapshot(root) == before
-    # Errors are tried again on a rerun; everything else is unchanged.
+    # Damage is a finding, not a failure of the run: an unchanged rerun appends nothing...
     assert main(["triage", str(root), "-o", str(out), "-q"]) == 0
     assert capsys.readouterr().out == ""
-    assert len(FleetTable(out).committed()) == 2
-    newest = FleetTable(out).read_jobs()
-    assert sorted(newest.loc[newest["batch"] == 2, "job_id"]) == ["binary", "broken"]
+    assert len(FleetTable(out).commits()) == 1
+    # ...and once the job's log is there, the job is analysed again, whole.
+    (root / "broken" / "rank_0.log").unlink()
+    (root / "broken" / "rank_0.log").write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 1.23 GiB is free.\n"
+    )
+    assert main(["triage", str(root), "-o", str(out), "-q"]) == 0
+    newest = FleetTable(out).read_jobs().set_index("job_id")
+    assert len(FleetTable(out).commits()) == 2
+    assert newest.loc["broken", "batch"] == 2 and newest.loc["broken", "status"] == "analysed"
+    assert newest.loc["broken", "cause_class"] == "cuda_oom"
 
 
 @needs_fleet
@@ -278,18 +296,31 @@ def test_killed_run_resumes_from_the_committed_parts(tmp_path, expected):
         )
     assert proc.returncode == 9, log.read_text()
     table = FleetTable(out)
-    assert len(table.committed()) == 2 and len(table.read_jobs()) == 10
-    # What a kill during a write leaves: a dot-named part, an evidence part of no batch.
+    assert len(table.commits()) == 2 and len(table.read_jobs()) == 10
+    # What a kill during a commit leaves: a dot-named part being written; the next batch's
+    # evidence part (killed before its jobs part); its jobs part too (killed before the commit
+    # record). They carry the number the next batch would get, and rows of committed jobs.
     (out / "jobs" / ".part-000003-0123456789ab.parquet.tmp").write_bytes(b"PAR1 torn")
-    orphan = next((out / "evidence").glob("part-000001-*.parquet"))
-    shutil.copy(orphan, out / "evidence" / "part-000077-0123456789ab.parquet")
+    for table_dir, ident in (("evidence", "0123456789ab"), ("jobs", "ba9876543210")):
+        committed = next((out / table_dir).glob("part-000002-*.parquet"))
+        shutil.copy(committed, out / table_dir / f"part-000003-{ident}.parquet")
+    assert len(table.orphans()) == 3
     assert len(table.read_jobs()) == 10
     evidence = table.read_evidence()
     assert set(evidence["job_id"]) <= set(table.read_jobs()["job_id"])
     assert set(evidence["batch"]) == {1, 2}
+    assert not evidence.duplicated(["job_id", "position", "file", "line"]).any()
     resumed = run_triage([root], out, workers=2)
     assert (resumed.analysed, resumed.unchanged) == (15, 10)
-    _check_rows(FleetTable(out).read_jobs(), jobs, expected)
+    assert resumed.orphans_removed == 3 and FleetTable(out).orphans() == []
+    # the resumed run numbered its batch past the orphans', and no evidence row is doubled
+    assert [c.batch for c in FleetTable(out).commits()] == [1, 2, 4]
+    final = FleetTable(out)
+    evidence = final.read_evidence()
+    assert not evidence.duplicated(["job_id", "position", "file", "line"]).any()
+    batches = final.read_jobs().set_index("job_id")["batch"]
+    assert all(batches[row.job_id] == row.batch for row in evidence.itertuples())
+    _check_rows(final.read_jobs(), jobs, expected)
 
 
 # --- summary -----------------------------------------------------------------------------------
@@ -334,6 +365,7 @@ def test_summary_counts_equal_a_hand_count(tmp_path, expected, capsys):
         "analysed": 40,
         "error": 0,
         "empty": 0,
+        "damaged": 0,
         "failed": sum(1 for e in want.values() if e.cause_class),
         "healthy": sum(1 for e in want.values() if not e.cause_class),
     }
@@ -361,6 +393,23 @@ def test_summary_counts_equal_a_hand_count(tmp_path, expected, capsys):
     assert {g["key"]: g["jobs"] for g in by_rule["groups"]} == Counter(
         e.rule for e in want.values() if e.rule
     )
+    by_user = summary("--by", "user")
+    users = {job_id: f"user{i % 3}" for i, job_id in enumerate(sorted(jobs))}
+    assert {g["key"]: g["jobs"] for g in by_user["groups"]} == Counter(
+        users[j] for j, e in want.items() if e.cause_class
+    )
+    # signatures: one group per distinct failure, with its jobs, first and last seen
+    by_signature = summary("--by", "signature")
+    signatures = Counter(e.signature for e in want.values() if e.signature)
+    assert {g["key"]: g["jobs"] for g in by_signature["groups"]} == signatures
+    for g in by_signature["signatures"]:
+        times = [submitted[j] for j, e in want.items() if e.signature == g["signature"]]
+        assert (g["first_seen"], g["last_seen"]) == (
+            min(times).strftime("%Y-%m-%dT%H:%M:%S"),
+            max(times).strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+        assert set(g["examples"]) <= {j for j, e in want.items() if e.signature == g["signature"]}
+        assert g["new"] is False  # no --since: nothing is new
     by_week = summary("--by", "week")
     assert {g["key"]: g["jobs"] for g in by_week["groups"]} == Counter(
         _monday(t) for t in submitted.values()

@@ -79,3 +79,34 @@ def test_kern_log_line_carries_both_clocks() -> None:
 )
 def test_lines_without_a_timestamp(line: str) -> None:
     assert parse_timestamp(line, 2024) is None
+
+
+def test_a_year_less_time_never_lands_after_the_file_was_written() -> None:
+    from crashlens.parse.clock import Clock
+
+    # torchrun's glog lines of December 31, in a file last written on January 1 (the year the
+    # file's mtime gives): they are from the year before
+    written = ts(2027, 1, 1, 0, 30, 0)
+    clock = Clock(2027, ceiling=written)
+    line = "W1231 23:59:58.101000 5230 torch/distributed/elastic/multiprocessing/api.py:1028] x"
+    assert clock.stamp(line) == ts(2026, 12, 31, 23, 59, 58, 0.101)
+    # a time just after the mtime (clock differences) keeps the file's year
+    assert clock.stamp("W0101 01:10:00.000000 5230 api.py:1] y") == ts(2027, 1, 1, 1, 10, 0)
+    # without a ceiling (stdin), the given year
+    assert Clock(2027).stamp(line) == ts(2027, 12, 31, 23, 59, 58, 0.101)
+
+
+def test_the_files_mtime_is_the_ceiling_end_to_end(tmp_path) -> None:
+    import os
+
+    from crashlens import analyze
+
+    log = tmp_path / "rank0.log"
+    log.write_text(
+        "E1231 23:59:58.101000 5230 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: 1) local_rank: 0 (pid: 5232) of binary: /usr/bin/python\n"
+    )
+    written = ts(2027, 1, 1, 0, 30, 0)
+    os.utime(log, (written, written))
+    report = analyze([log])
+    assert report.ranks and report.ranks[0].first_time == ts(2026, 12, 31, 23, 59, 58, 0.101)

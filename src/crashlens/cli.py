@@ -152,6 +152,23 @@ def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
     raise typer.Exit(int(code))
 
 
+def _fleet_history(report: Report, table: Path) -> None:
+    """Add to the report's notes how many jobs of ``table`` share its primary's signature."""
+    from crashlens.fleet import FleetExtraMissingError, history
+
+    if report.primary is None:
+        return
+    try:
+        line = history(table, report.signature(report.primary).key)
+    except FleetExtraMissingError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(int(ExitCode.CANNOT_RUN)) from None
+    except CrashlensError as exc:
+        _fail(str(exc))
+        return
+    report.notes.append(line or f"no job of {table} failed with this signature before")
+
+
 @app.command()
 def analyze(
     paths: Annotated[
@@ -247,6 +264,15 @@ def analyze(
             "--strict-rules", help="Exit 2 on an invalid rule file instead of leaving it out."
         ),
     ] = False,
+    fleet_table: Annotated[
+        Path | None,
+        typer.Option(
+            "--fleet",
+            metavar="TABLE",
+            help="A fleet table (crashlens triage): say how many of its jobs failed the same "
+            "way (same signature) and since when.",
+        ),
+    ] = None,
     config_file: Annotated[Path | None, ConfigOption] = None,
 ) -> None:
     """Analyse the logs of a crashed job and print a ranked diagnosis.
@@ -278,6 +304,8 @@ def analyze(
             report = session.read_paths(paths, advance).finish()
     except CrashlensError as exc:
         _fail(str(exc))
+    if fleet_table is not None:
+        _fleet_history(report, fleet_table)
     if not quiet:
         hosts = {r.host for r in report.ranks if r.host}
         for host in sorted(set(overrides) - hosts):

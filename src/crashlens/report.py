@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crashlens.facts import environment_of
-
-if TYPE_CHECKING:
-    import pandas as pd
 from crashlens.model import (
     Cause,
     ClockSkew,
@@ -24,6 +21,10 @@ from crashlens.model import (
     iso,
     plural,
 )
+from crashlens.signature import Signature, signature
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 
@@ -58,6 +59,10 @@ class Report:
     def primary(self) -> Cause | None:
         """The top-ranked cause, if any."""
         return self.causes[0] if self.causes else None
+
+    def signature(self, cause: Cause) -> Signature:
+        """The failure signature of one of this report's causes (crashlens.signature)."""
+        return signature(cause, self.tracebacks)
 
     @property
     def failed(self) -> bool:
@@ -130,7 +135,7 @@ class Report:
             "tool": {"name": "crashlens", "version": self.tool_version},
             "verdict": self.verdict,
             "story": self.story,
-            "causes": [_cause(c) for c in self.causes],
+            "causes": [_cause(c, self.signature(c)) for c in self.causes],
             "first_failure": _first(self.first_failure),
             "ranks": [_rank(r) for r in self.ranks],
             "clock_skew": {
@@ -223,7 +228,7 @@ def evidence_dict(ev: Evidence) -> dict[str, Any]:
     }
 
 
-def _cause(c: Cause) -> dict[str, Any]:
+def _cause(c: Cause, sig: Signature) -> dict[str, Any]:
     rule = c.match.rule
     return {
         "rule": rule.id,
@@ -249,6 +254,7 @@ def _cause(c: Cause) -> dict[str, Any]:
         ],
         "remediation": c.remediation,
         "user_frame": _frame(c.user_frame),
+        "signature": {"key": sig.key, "text": sig.text},
         "references": list(rule.references),
         "repro": rule.repro,
     }

@@ -51,6 +51,7 @@ from crashlens.parse import (
     FileParser,
     IndexedBlocks,
     LineMatcher,
+    file_mtime,
     file_year,
     index_block,
     parse_binary,
@@ -349,7 +350,8 @@ class Session:
                 except ValueError as exc:
                     return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
             else:
-                year = file_year(None if is_stdin else cand.path)
+                path = None if is_stdin else cand.path
+                year, ceiling = file_year(path), file_mtime(path)
                 result = parse_binary(
                     source,
                     reader,
@@ -358,6 +360,7 @@ class Session:
                     self.matcher,
                     self.scanner,
                     year=year,
+                    ceiling=ceiling,
                     tb_ids=tb_ids,
                     progress=advance,
                     indexed=indexer,

@@ -9,17 +9,19 @@ the ray engine; duckdb for summaries); this module imports none of it until it i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashlens.config import load_config
 from crashlens.errors import CrashlensError
-from crashlens.fleet.table import FLEET_SCHEMA_VERSION, FleetTable, rows_frame
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable, rows_frame
 from crashlens.session import Session
 
 if TYPE_CHECKING:
@@ -31,7 +33,9 @@ if TYPE_CHECKING:
 __all__ = [
     "FLEET_SCHEMA_VERSION",
     "FleetExtraMissingError",
+    "TriageInterrupted",
     "TriageRun",
+    "history",
     "load",
     "run_triage",
     "triage",
@@ -73,6 +77,73 @@ class TriageRun:
     errors: list[tuple[str, str]]
     seconds: float
     jobs: pd.DataFrame = field(repr=False)
+    #: Part files a killed earlier run left uncommitted, removed before this run wrote.
+    orphans_removed: int = 0
+    #: Things about the job list worth a line on stderr (a "job" that looks like many).
+    warnings: list[str] = field(default_factory=list)
+
+
+class TriageInterrupted(CrashlensError):
+    """The run was interrupted (Ctrl-C); the jobs finished before it are committed."""
+
+    def __init__(self, done: int, todo: int) -> None:
+        super().__init__(
+            f"interrupted: {done} of {todo} job(s) finished and committed; rerun the same "
+            "command to analyse the rest"
+        )
+        self.done = done
+        self.todo = todo
+
+
+@dataclass(slots=True)
+class _Run:
+    """The outcomes of a run as they arrive, committed every ``commit_every`` jobs."""
+
+    table: FleetTable | None
+    commit_every: int
+    reports: Path | None = None
+    done: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    all_rows: list[dict[str, Any]] = field(default_factory=list)
+    batch: int = 0
+
+    def __post_init__(self) -> None:
+        self.batch = self.table.next_batch() if self.table is not None else 0
+
+    def add(self, outcome: JobOutcome) -> None:
+        row = outcome.row
+        if self.reports is not None and outcome.html is not None:
+            row["report"] = str(self._write_report(row["job_id"], outcome.html))
+        self.statuses[row["status"]] += 1
+        if row["status"] == "error":
+            self.errors.append((row["job_id"], row["error"] or ""))
+        self.done += 1
+        if self.table is None:
+            self.all_rows.append(row)
+            return
+        self.rows.append(row)
+        self.evidence.extend(outcome.evidence)
+        if len(self.rows) >= max(1, self.commit_every):
+            self.flush()
+
+    def _write_report(self, job_id: str, html: str) -> Path:
+        from crashlens.fleet.worker import report_name
+
+        assert self.reports is not None
+        target = self.reports / report_name(job_id)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, target)
+        return target
+
+    def flush(self) -> None:
+        if self.table is not None and self.rows:
+            self.table.write_batch(self.batch, self.rows, self.evidence)
+            self.batch += 1
+            self.rows, self.evidence = [], []
 
 
 def _stale(job: Job, known: Mapping[str, Any], rules_hash: str) -> bool:
@@ -99,6 +170,8 @@ def run_triage(
     storage_options: Mapping[str, Any] | None = None,
     commit_every: int = COMMIT_EVERY,
     progress: Progress | None = None,
+    reports: str | os.PathLike[str] | None = None,
+    path_fields: str | None = None,
 ) -> TriageRun:
     """Triage every job under ``roots`` (or in ``manifest``) into the table at ``output``.
 
@@ -109,62 +182,62 @@ def run_triage(
         ValueError: an unknown engine.
     """
     from crashlens.fleet.engine import make_engine
-    from crashlens.fleet.jobs import discover_jobs, read_manifest
+    from crashlens.fleet.jobs import PathFields, discover_jobs, read_manifest
     from crashlens.fleet.worker import WorkerContext, rules_hash
 
     require("pyarrow", "fsspec", *(["ray"] if engine == "ray" else []))
     runner = make_engine(engine, workers=workers, address=address)
     start = time.perf_counter()
     opts = dict(storage_options or {})
+    warnings: list[str] = []
     if manifest is not None:
         found = read_manifest(os.fspath(manifest), storage_options=opts)
     else:
         if not roots:
             raise CrashlensError("give at least one ROOT directory or URL, or --manifest")
-        found = discover_jobs([os.fspath(r) for r in roots], jobs_glob=jobs, storage_options=opts)
+        layout = PathFields.parse(path_fields) if path_fields is not None else None
+        found = discover_jobs(
+            [os.fspath(r) for r in roots],
+            jobs_glob=jobs,
+            storage_options=opts,
+            path_fields=layout,
+            warnings=warnings,
+        )
     if not found:
         where = os.fspath(manifest) if manifest is not None else ", ".join(map(str, roots))
         raise CrashlensError(f"no jobs found in {where} (each job is one subdirectory)")
     session = Session.configured(list(rules), config=load_config())
-    ctx = WorkerContext(session.rules, rules_hash(session.rules), opts)
+    ctx = WorkerContext(session.rules, rules_hash(session.rules), opts, reports=reports is not None)
+    report_dir = Path(reports) if reports is not None else None
+    if report_dir is not None:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CrashlensError(f"cannot create {report_dir}: {exc.strerror or exc}") from None
     table = FleetTable(output) if output is not None else None
-    known = table.known() if table is not None and not force else {}
-    todo = [job for job in found if force or _stale(job, known, ctx.rules_hash)]
-    statuses: Counter[str] = Counter()
-    errors: list[tuple[str, str]] = []
-    rows: list[dict[str, Any]] = []
-    evidence: list[dict[str, Any]] = []
-    all_rows: list[dict[str, Any]] = []
-    batch = table.next_batch() if table is not None else 0
-    done = 0
-    for outcome in runner.run(todo, ctx):
-        row = outcome.row
-        statuses[row["status"]] += 1
-        if row["status"] == "error":
-            errors.append((row["job_id"], row["error"] or ""))
-        rows.append(row)
-        evidence.extend(outcome.evidence)
-        done += 1
-        if table is not None and len(rows) >= max(1, commit_every):
-            table.write_batch(batch, rows, evidence)
-            batch += 1
-            rows, evidence = [], []
-        elif table is None:
-            all_rows.append(row)
-            rows, evidence = [], []
-        if progress is not None:
-            progress(done, len(todo), outcome)
-    if table is not None:
-        table.write_batch(batch, rows, evidence)
-        frame = table.read_jobs()
-    else:
-        frame = rows_frame(all_rows)
+    with table.lock() if table is not None else contextlib.nullcontext():
+        batches = _Run(table, commit_every, report_dir)  # numbered past every part, orphans too
+        removed = table.remove_orphans() if table is not None else 0
+        known = table.known() if table is not None and not force else {}
+        todo = [job for job in found if force or _stale(job, known, ctx.rules_hash)]
+        try:
+            for outcome in runner.run(todo, ctx):
+                batches.add(outcome)
+                if progress is not None:
+                    progress(batches.done, len(todo), outcome)
+        except KeyboardInterrupt:
+            batches.flush()  # what is finished is kept; the rest is for the next run
+            raise TriageInterrupted(batches.done, len(todo)) from None
+        batches.flush()
+    frame = table.read_jobs() if table is not None else rows_frame(batches.all_rows)
     return TriageRun(
         found=len(found),
-        analysed=done,
+        analysed=batches.done,
         unchanged=len(found) - len(todo),
-        statuses=statuses,
-        errors=sorted(errors),
+        statuses=batches.statuses,
+        errors=sorted(batches.errors),
+        orphans_removed=removed,
+        warnings=warnings,
         seconds=time.perf_counter() - start,
         jobs=frame,
     )
@@ -180,11 +253,40 @@ def triage(
     ``options`` are :func:`run_triage`'s: ``engine`` ("local" or "ray"), ``address``, ``jobs``
     (a glob of job directories), ``manifest``, ``workers``, ``force``, ``rules``,
     ``storage_options`` (fsspec options, e.g. an S3 ``endpoint_url``), ``commit_every``,
-    ``progress``. Without ``output`` nothing is written and every job is analysed.
+    ``progress``, ``reports`` (a directory for each analysed job's HTML report),
+    ``path_fields`` (the layout of job directories: ``"{user}/{date}/{job}"``). Without
+    ``output`` nothing is written and every job is analysed.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     return run_triage(roots, output, **options).jobs
+
+
+def history(table: str | os.PathLike[str], signature: str) -> str | None:
+    """One line on the jobs of a fleet table with ``signature``: how many, since when, the
+    latest; None when none has it.
+
+    Raises:
+        FleetExtraMissingError: without pyarrow.
+        CrashlensError: for a path that is not a fleet table.
+    """
+    require("pyarrow", what="crashlens analyze --fleet")
+    if not (Path(table) / MARKER).is_file():
+        raise CrashlensError(f"{os.fspath(table)}: not a fleet table (no {MARKER})")
+    columns = ["job_id", "signature", "submitted_at", "first_time", "last_modified"]
+    jobs = FleetTable(table).read_jobs(columns=columns)
+    same = jobs[jobs["signature"] == signature]
+    if same.empty:
+        return None
+    when = same["submitted_at"].fillna(same["first_time"]).fillna(same["last_modified"])
+    order = when.sort_values(kind="stable")
+    first = order.dropna().iloc[0] if order.notna().any() else None
+    latest = same.loc[order.index[-1], "job_id"] if order.notna().any() else same["job_id"].iloc[0]
+    since = f" since {first:%Y-%m-%d}" if first is not None else ""
+    return (
+        f"same failure signature ({signature}) in {len(same)} job(s) of {os.fspath(table)}"
+        f"{since}, the latest {latest}"
+    )
 
 
 def load(output: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

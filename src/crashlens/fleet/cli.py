@@ -25,7 +25,13 @@ import typer
 from typer.core import TyperGroup
 
 from crashlens.errors import CrashlensError, ExitCode
-from crashlens.fleet import FleetExtraMissingError, TriageRun, require, run_triage
+from crashlens.fleet import (
+    FleetExtraMissingError,
+    TriageInterrupted,
+    TriageRun,
+    require,
+    run_triage,
+)
 
 
 class _DefaultRun(TyperGroup):
@@ -130,6 +136,24 @@ def run_command(
     commit_every: Annotated[
         int, typer.Option("--commit-every", min=1, help="Jobs per committed part file.")
     ] = 256,
+    path_fields: Annotated[
+        str | None,
+        typer.Option(
+            "--path-fields",
+            metavar="LAYOUT",
+            help="The layout of job directories under ROOT, e.g. '{user}/{date}/{job}': "
+            "picks the jobs at that depth and fills user, queue and submitted_at (date).",
+        ),
+    ] = None,
+    reports: Annotated[
+        Path | None,
+        typer.Option(
+            "--reports",
+            metavar="DIR",
+            help="Write each analysed job's HTML report here; the table's report column and "
+            "the HTML summary link them.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")] = False,
 ) -> None:
     """(Default) analyse every new or changed job under ROOT... into the table at -o."""
@@ -165,13 +189,22 @@ def run_command(
             storage_options=opts,
             commit_every=commit_every,
             progress=show,
+            reports=reports,
+            path_fields=path_fields,
         )
     except FleetExtraMissingError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(int(ExitCode.CANNOT_RUN)) from None
+    except TriageInterrupted as exc:
+        if live:
+            typer.echo("", err=True)
+        typer.echo(f"crashlens triage: {exc}", err=True)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except CrashlensError as exc:
         _fail(str(exc))
         return
+    for warning in result.warnings:
+        typer.echo(f"crashlens: warning: {warning}", err=True)
     for job_id, reason in result.errors:
         typer.echo(f"crashlens: job {job_id}: error: {reason}", err=True)
     if not quiet:
@@ -183,8 +216,10 @@ def _run_line(result: TriageRun, output: Path) -> str:
     rate = result.analysed / result.seconds if result.seconds > 0 else 0.0
     return (
         f"crashlens triage: {result.found} job(s): {result.analysed} analysed now "
-        f"({s.get('analysed', 0)} ok, {s.get('empty', 0)} empty, {s.get('error', 0)} error), "
-        f"{result.unchanged} unchanged; {result.seconds:.1f} s ({rate:.1f} jobs/s) -> {output}"
+        f"({s.get('analysed', 0)} ok, {s.get('empty', 0)} empty, {s.get('damaged', 0)} "
+        f"damaged, {s.get('error', 0)} error), {result.unchanged} unchanged"
+        + (f", {result.orphans_removed} orphaned part(s) removed" if result.orphans_removed else "")
+        + f"; {result.seconds:.1f} s ({rate:.1f} jobs/s) -> {output}"
     )
 
 
@@ -197,26 +232,43 @@ def summary_command(
     since: Annotated[
         str | None, typer.Option("--since", help="Only jobs since: 7d, 12h, 2w or a date.")
     ] = None,
-    by: Annotated[str, typer.Option("--by", help="Group by cause, host, rule or week.")] = "cause",
+    by: Annotated[
+        str,
+        typer.Option("--by", help="Group by cause, signature, host, rule, user, queue or week."),
+    ] = "cause",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
     ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 (for cron) when: new-signature (a signature no job before --since "
+            "had) or hardware-host (a host with hardware failures). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
-    """Counts per cause, trend per week, hardware hosts, causes per version (DuckDB)."""
+    """Counts per cause and signature, trend per week, hardware hosts, causes per version."""
     _need("duckdb")
-    from crashlens.fleet.summary import render, summarize
+    from crashlens.fleet.summary import failing, render, summarize
 
     try:
-        text = render(summarize(table, since=since, by=by), fmt)
+        summary = summarize(table, since=since, by=by)
+        reasons = failing(summary, fail_on or [])
+        text = render(summary, fmt)
     except CrashlensError as exc:
         _fail(str(exc))
         return
     if output is None:
         sys.stdout.write(text)
-        return
-    try:
-        tmp = output.with_name(f".{output.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, output)
-    except OSError as exc:
-        _fail(f"cannot write {output}: {exc.strerror or exc}")
+    else:
+        try:
+            tmp = output.with_name(f".{output.name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, output)
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror or exc}")
+    for reason in reasons:
+        typer.echo(f"crashlens triage summary: {reason}", err=True)
+    if reasons:
+        raise typer.Exit(int(ExitCode.FAILURE_FOUND))

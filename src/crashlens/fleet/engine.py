@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
+from crashlens.errors import CrashlensError
 from crashlens.fleet.jobs import Job
 from crashlens.fleet.worker import (
     JobOutcome,
@@ -78,6 +80,9 @@ def _die_with_parent() -> None:
 
 def _init_local_worker(ctx: WorkerContext) -> None:
     _die_with_parent()
+    # Ctrl-C reaches the whole process group: the driver stops the run and commits what is
+    # finished; a worker interrupted mid-job would only turn its job into an error row.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     init_worker(ctx)
 
 
@@ -145,6 +150,28 @@ class LocalEngine:
                     solo.append((job, attempts + 1))
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when a ``host:port`` Ray address does not answer (``ray.init``
+    would retry for minutes). ``auto`` and addresses without a port are left to Ray.
+
+    Raises:
+        CrashlensError: when nothing listens there.
+    """
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as exc:
+        raise CrashlensError(
+            f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}): start it "
+            "(`ray start --head` on the head node), check --address, or leave --address out to "
+            "run on a local Ray"
+        ) from None
+
+
 def _ray_chunk(jobs: list[Job], key: str, holder: list[Any]) -> list[JobOutcome]:
     """A Ray task: analyse a few jobs with this worker's (cached) context."""
     import ray
@@ -177,7 +204,15 @@ class RayEngine:
         if ray.is_initialized():
             return False
         if self.address:
-            ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+            _check_reachable(self.address)
+            try:
+                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise CrashlensError(
+                    f"cannot connect to the Ray cluster at {self.address}: "
+                    f"{' '.join(str(exc).split())[:300]} (check --address; a cluster with token "
+                    "authentication needs its token in this environment, see docs/fleet.md)"
+                ) from None
         else:
             ray.init(
                 num_cpus=self.workers or default_workers(),

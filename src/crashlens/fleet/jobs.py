@@ -15,6 +15,7 @@ import fnmatch
 import hashlib
 import io
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -25,6 +26,55 @@ from crashlens.ingest.discover import NOT_LOG_SUFFIXES
 
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 MANIFEST_COLUMNS = ("job_id", "path", "submitted_at", "user", "queue")
+#: What ``--path-fields`` can name: columns of the table (``date`` fills ``submitted_at``),
+#: and ``job``/``*`` for segments that only belong to the job id.
+PATH_FIELDS = ("user", "queue", "date", "job")
+_FIELD = re.compile(r"^\{(\w+)\}$")
+
+
+@dataclass(frozen=True, slots=True)
+class PathFields:
+    """A layout of job directories under a root: ``{user}/{date}/{job}``, one name or glob
+    per segment; the named segments become the job's fields."""
+
+    segments: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, template: str) -> PathFields:
+        """Raises: CrashlensError for an unknown field or an empty template."""
+        parts = tuple(p for p in template.strip("/").split("/") if p)
+        if not parts:
+            raise CrashlensError("--path-fields: give one segment per directory level")
+        for part in parts:
+            m = _FIELD.match(part)
+            if m and m[1] not in PATH_FIELDS:
+                raise CrashlensError(
+                    f"--path-fields: unknown field {{{m[1]}}} (known: "
+                    + ", ".join(f"{{{f}}}" for f in PATH_FIELDS)
+                    + ")"
+                )
+            if not m and ("{" in part or "}" in part):
+                raise CrashlensError(f"--path-fields: '{part}' is neither a name nor a {{field}}")
+        return cls(parts)
+
+    @property
+    def glob(self) -> str:
+        """The ``--jobs`` glob of the layout: a field matches any one segment."""
+        return "/".join("*" if _FIELD.match(p) else p for p in self.segments)
+
+    def fields(self, key: str) -> dict[str, str]:
+        """The named segments' values for a job key that matched :attr:`glob`."""
+        out = {}
+        for part, value in zip(self.segments, key.split("/"), strict=False):
+            m = _FIELD.match(part)
+            if m and m[1] != "job":
+                out[m[1]] = value
+        return out
+
+
+#: A "job" whose logs lie in more directories than this probably holds many jobs (a nested
+#: layout read one level deep): the run says so.
+SPREAD_WARNING_DIRS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +198,32 @@ def _file_of(rel: str, info: Mapping[str, Any]) -> JobFile:
     return JobFile(rel, int(info.get("size") or 0), _version(info), _mtime(info))
 
 
+def storage_error(root: str, exc: BaseException, options: Mapping[str, Any] | None) -> str:
+    """One line saying why ``root`` could not be listed, and what to do about it."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())[:300]
+    endpoint = (options or {}).get("endpoint_url") or (options or {}).get("client_kwargs", {}).get(
+        "endpoint_url"
+    )
+    if "Credentials" in name or "credentials" in text.lower():
+        return (
+            f"cannot list {root}: no credentials for the store ({name}); set them the store's "
+            "usual way (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance "
+            "role), or --storage-option anon=true for a public bucket"
+        )
+    if "EndpointConnection" in name or "ConnectTimeout" in name or isinstance(exc, ConnectionError):
+        where = f" {endpoint}" if endpoint else ""
+        return (
+            f"cannot list {root}: the store's endpoint{where} does not answer ({text}); check "
+            "--storage-option endpoint_url=... and the network"
+        )
+    if isinstance(exc, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return f"cannot list {root}: access denied ({text}); check the credentials' permissions"
+    if isinstance(exc, OSError):
+        return f"cannot list {root}: {exc.strerror or text}"
+    return f"cannot list {root}: {name}: {text}"
+
+
 def _listing(fs: Any, base: str) -> dict[str, dict[str, Any]]:
     if protocol_of(fs) in LOCAL_PROTOCOLS:
         return _local_listing(base)
@@ -157,9 +233,26 @@ def _listing(fs: Any, base: str) -> dict[str, dict[str, Any]]:
 
 def _local_listing(base: str) -> dict[str, dict[str, Any]]:
     """Regular files (and links to them) under a local directory: ``os.walk``, one stat each
-    (fsspec's local ``find`` costs ~1 ms per directory more)."""
+    (fsspec's local ``find`` costs ~1 ms per directory more).
+
+    Links to directories are followed (a job directory is often a link into the scheduler's
+    output tree), safely: a directory that is one of its own ancestors (a link loop) is not
+    entered again.
+    """
     out: dict[str, dict[str, Any]] = {}
-    for dirpath, _, filenames in os.walk(base):
+    ancestors: dict[str, frozenset[tuple[int, int]]] = {}
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        ident = (st.st_dev, st.st_ino)
+        above = ancestors.get(os.path.dirname(dirpath), frozenset())
+        if ident in above:
+            dirnames[:] = []  # a link back up the tree
+            continue
+        ancestors[dirpath] = above | {ident}
         for name in filenames:
             path = os.path.join(dirpath, name)
             try:
@@ -187,8 +280,15 @@ def discover_jobs(
     *,
     jobs_glob: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    path_fields: PathFields | None = None,
+    warnings: list[str] | None = None,
 ) -> list[Job]:
     """One job per subdirectory of each root (``jobs_glob`` picks them, ``*/*`` two levels down).
+
+    ``path_fields`` gives the layout instead (``{user}/{date}/{job}``): its glob picks the jobs,
+    its named segments fill the jobs' ``user``, ``queue`` and ``submitted_at`` (an ISO date).
+    A job whose logs lie in very many directories gets a line in ``warnings`` (it may be a
+    whole level of a nested layout).
 
     Files directly in a root, outside any job directory, belong to no job. A root that does not
     exist or cannot be listed is an error; a job directory without log files is still a job.
@@ -197,7 +297,9 @@ def discover_jobs(
         CrashlensError: for a root that cannot be opened or listed, or two roots giving the same
             job id.
     """
-    pattern = (jobs_glob or "*").strip("/")
+    if path_fields is not None and jobs_glob is not None:
+        raise CrashlensError("give --jobs or --path-fields, not both")
+    pattern = (path_fields.glob if path_fields is not None else jobs_glob or "*").strip("/")
     depth = pattern.count("/") + 1
     jobs: dict[str, Job] = {}
     for root in roots:
@@ -207,8 +309,10 @@ def discover_jobs(
             if not fs.isdir(base):
                 raise CrashlensError(f"{root}: not a directory (or not found)")
             listing = _listing(fs, base)
-        except OSError as exc:
-            raise CrashlensError(f"cannot list {root}: {exc}") from None
+        except CrashlensError:
+            raise
+        except Exception as exc:  # the store's own errors (botocore, gcsfs...) are not OSError
+            raise CrashlensError(storage_error(root, exc, storage_options)) from None
         grouped: dict[str, list[JobFile]] = {}
         prefix = base.rstrip("/") + "/"
         for path, info in listing.items():
@@ -232,14 +336,35 @@ def discover_jobs(
             job_id = key
             if job_id in jobs:
                 raise CrashlensError(f"job id '{job_id}' found under two roots ({root})")
+            listed = tuple(sorted(grouped[key], key=lambda f: f.rel))
+            extra = _fields_of(path_fields, key) if path_fields is not None else {}
             job = Job(
                 job_id=job_id,
                 path=_url(fs, f"{prefix}{key}"),
                 protocol=protocol,
-                files=tuple(sorted(grouped[key], key=lambda f: f.rel)),
+                files=listed,
+                **extra,
             )
             jobs[job_id] = _with_fingerprint(job)
+            spread = len({f.rel.rpartition("/")[0] for f in listed})
+            if warnings is not None and spread > SPREAD_WARNING_DIRS:
+                warnings.append(
+                    f"job {job_id} holds logs in {spread} directories: if those are jobs of "
+                    "their own, say how deep they are (--jobs '*/*', or --path-fields "
+                    "'{user}/{date}/{job}')"
+                )
     return list(jobs.values())
+
+
+def _fields_of(layout: PathFields, key: str) -> dict[str, Any]:
+    values = layout.fields(key)
+    out: dict[str, Any] = {k: values[k] for k in ("user", "queue") if k in values}
+    if "date" in values:
+        try:
+            out["submitted_at"] = iso_utc(values["date"])
+        except ValueError:
+            out["submitted_at"] = None  # not a date: the job's time falls back to its logs
+    return out
 
 
 def _empty_dirs(

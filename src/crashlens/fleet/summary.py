@@ -21,11 +21,16 @@ from typing import Any
 
 from crashlens.errors import CrashlensError
 from crashlens.fleet.jobs import iso_utc
-from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable
 from crashlens.render.html import page
 
 FORMATS = ("text", "markdown", "json", "html")
-GROUPINGS = ("cause", "host", "rule", "week")
+GROUPINGS = ("cause", "signature", "host", "rule", "user", "queue", "week")
+#: What ``--fail-on`` can make the summary exit 1 for.
+FAIL_ON = ("new-signature", "hardware-host")
+#: Signatures listed (most jobs first); example job ids per signature.
+TOP_SIGNATURES = 25
+EXAMPLE_JOBS = 5
 #: Causes a machine, not the job, is usually to blame for: their hosts are listed.
 HARDWARE_CLASSES = ("gpu_hardware",)
 VERSION_FACTS = ("torch", "cuda", "nccl", "driver")
@@ -62,11 +67,13 @@ def _connect(table: Path) -> Any:
 
     if not (table / MARKER).is_file():
         raise CrashlensError(f"{table}: not a fleet table (no {MARKER})")
-    parts = sorted((table / "jobs").glob("part-*.parquet"))
+    # only committed parts: a run killed mid-commit leaves parts no commit record names
+    parts = [table / "jobs" / c.jobs for c in FleetTable(table).commits()]
+    parts = [p for p in parts if p.is_file()]
     if not parts:
         raise CrashlensError(f"{table}: the table has no committed rows yet")
     con = duckdb.connect(":memory:")
-    source = _sql_str(str(table / "jobs" / "part-*.parquet"))
+    source = "[" + ", ".join(_sql_str(str(p)) for p in parts) + "]"
     con.execute(
         f"""
         CREATE TABLE latest AS
@@ -133,6 +140,7 @@ def summarize(
                    count(*) FILTER (WHERE status = 'analysed') AS analysed,
                    count(*) FILTER (WHERE status = 'error') AS error,
                    count(*) FILTER (WHERE status = 'empty') AS empty,
+                   count(*) FILTER (WHERE status = 'damaged') AS damaged,
                    count(*) FILTER (WHERE cause_class IS NOT NULL) AS failed,
                    count(*) FILTER (WHERE status = 'analysed' AND cause_class IS NULL)
                        AS healthy
@@ -180,7 +188,14 @@ def summarize(
                 GROUP BY version, cause ORDER BY version, jobs DESC, cause""",
             params,
         )
-    key = {"cause": "cause", "host": "coalesce(first_host, '(unknown)')", "rule": "rule"}
+    key = {
+        "cause": "cause",
+        "host": "coalesce(first_host, '(unknown)')",
+        "rule": "rule",
+        "signature": "signature",
+        "user": "coalesce(\"user\", '(unknown)')",
+        "queue": "coalesce(queue, '(unknown)')",
+    }
     if by == "week":
         week = "coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')"
         groups = _rows(
@@ -201,15 +216,26 @@ def summarize(
             params,
         )
         tops = _top(con, key[by], "cause_class", fail, params)
+    signatures = _signatures(con, where, params, cutoff, limit=None)
+    if by == "signature":
+        groups = [
+            {"key": g["signature"], "jobs": g["jobs"], "top_cause": g["cause"], "text": g["text"]}
+            for g in signatures
+        ]
+    signatures = signatures[:TOP_SIGNATURES]
     for g in groups:
-        if by != "cause":
+        if by not in ("cause", "signature"):
             g["top_cause"] = tops.get(g["key"])
-    errors = _rows(
-        con,
-        f"""SELECT job_id, error FROM jobs {where} {"AND" if where else "WHERE"}
-            status = 'error' ORDER BY job_id LIMIT 50""",
-        params,
-    )
+    errors = [
+        {"job_id": r["job_id"], "status": r["status"], "error": _why(r)}
+        for r in _rows(
+            con,
+            f"""SELECT job_id, status, error, notes, skipped_files FROM jobs
+                {where} {"AND" if where else "WHERE"} status IN ('error', 'damaged')
+                ORDER BY job_id LIMIT 50""",
+            params,
+        )
+    ]
     span = _rows(
         con,
         f"""SELECT strftime(min(job_time), '%Y-%m-%dT%H:%M:%S') AS first,
@@ -227,10 +253,87 @@ def summarize(
         "groups": groups,
         "causes": causes,
         "weeks": weeks,
+        "signatures": signatures,
         "hardware_hosts": hardware,
         "versions": versions,
         "errors": errors,
     }
+
+
+def _signatures(
+    con: Any, where: str, params: Sequence[Any], cutoff: dt.datetime | None, limit: int | None
+) -> list[dict[str, Any]]:
+    """Failed jobs per signature (most first): class, text, first and last seen, examples,
+    and whether it is new (no job before ``cutoff`` had it)."""
+    fail = f"{where} {'AND' if where else 'WHERE'} signature IS NOT NULL"
+    rows = _rows(
+        con,
+        f"""SELECT signature, any_value(cause_class) AS cause, any_value(signature_text) AS text,
+                   count(*) AS jobs,
+                   strftime(min(job_time), '%Y-%m-%dT%H:%M:%S') AS first_seen,
+                   strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last_seen,
+                   list(job_id ORDER BY job_time DESC NULLS LAST, job_id)[1:{EXAMPLE_JOBS}]
+                       AS examples,
+                   list(coalesce(report, '') ORDER BY job_time DESC NULLS LAST, job_id)
+                       [1:{EXAMPLE_JOBS}] AS example_reports
+            FROM jobs {fail} GROUP BY signature ORDER BY jobs DESC, signature
+            {f"LIMIT {int(limit)}" if limit is not None else ""}""",
+        params,
+    )
+    before: set[str] = set()
+    if cutoff is not None:
+        before = {
+            r["signature"]
+            for r in _rows(
+                con,
+                "SELECT DISTINCT signature FROM jobs WHERE signature IS NOT NULL AND job_time < ?",
+                [cutoff],
+            )
+        }
+    for r in rows:
+        r["examples"] = list(r["examples"] or [])
+        r["example_reports"] = [x or None for x in r["example_reports"] or []]
+        r["new"] = cutoff is not None and r["signature"] not in before
+    return rows
+
+
+def _why(row: dict[str, Any]) -> str:
+    """Why a job was not analysed whole: its error, else its first skipped file or note."""
+    if row["error"]:
+        return str(row["error"])
+    try:
+        skipped = json.loads(row["skipped_files"] or "[]")
+        notes = json.loads(row["notes"] or "[]")
+    except ValueError:
+        return ""
+    if skipped:
+        return f"{skipped[0]['path']}: {skipped[0]['reason']}"
+    return str(notes[-1]) if notes else ""
+
+
+def failing(summary: dict[str, Any], conditions: Sequence[str]) -> list[str]:
+    """Why a cron job should fail on this summary: one line per ``--fail-on`` condition met.
+
+    Raises:
+        CrashlensError: for an unknown condition, or ``new-signature`` without ``--since``.
+    """
+    out = []
+    for cond in conditions:
+        if cond not in FAIL_ON:
+            raise CrashlensError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
+        if cond == "new-signature":
+            if summary["since"] is None:
+                raise CrashlensError("--fail-on new-signature needs --since (new since when?)")
+            new = [s for s in summary["signatures"] if s["new"]]
+            if new:
+                out.append(
+                    f"{len(new)} new failure signature(s) since {summary['since']}: "
+                    + "; ".join(f"{s['text']} ({s['jobs']} job(s))" for s in new[:5])
+                )
+        elif summary["hardware_hosts"]:
+            hosts = sorted({h["host"] for h in summary["hardware_hosts"]})
+            out.append(f"hardware failures on {len(hosts)} host(s): {', '.join(hosts[:10])}")
+    return out
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -258,8 +361,11 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
     by = s["by"]
     group_cols = {
         "cause": ["cause", "jobs", "top rule"],
+        "signature": ["signature", "failed jobs", "cause"],
         "host": ["host", "failed jobs", "top cause"],
         "rule": ["rule", "failed jobs", "top cause"],
+        "user": ["user", "failed jobs", "top cause"],
+        "queue": ["queue", "failed jobs", "top cause"],
         "week": ["week", "jobs", "failed", "top cause"],
     }[by]
     group_rows = [
@@ -269,13 +375,29 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
         for g in s["groups"]
     ]
     sections = [
-        (f"Jobs by {by}", group_cols, group_rows if by != "cause" else []),
+        (f"Jobs by {by}", group_cols, group_rows if by not in ("cause", "signature") else []),
         (
             "Causes",
             ["cause", "jobs", "share", "top rule", "hosts"],
             [
                 [c["cause"], c["jobs"], f"{100 * c['share']:.1f}%", c["top_rule"], c["hosts"]]
                 for c in s["causes"]
+            ],
+        ),
+        (
+            "Failure signatures",
+            ["signature", "cause", "jobs", "first seen", "last seen", "failure", "e.g. jobs"],
+            [
+                [
+                    g["signature"] + (" (new)" if g["new"] else ""),
+                    g["cause"],
+                    g["jobs"],
+                    g["first_seen"],
+                    g["last_seen"],
+                    g["text"],
+                    ", ".join(g["examples"]),
+                ]
+                for g in s["signatures"]
             ],
         ),
         (
@@ -293,7 +415,11 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
             ["fact", "version", "cause", "jobs"],
             [[v["fact"], v["version"], v["cause"], v["jobs"]] for v in s["versions"]],
         ),
-        ("Errors", ["job", "error"], [[e["job_id"], e["error"]] for e in s["errors"]]),
+        (
+            "Jobs not analysed whole",
+            ["job", "status", "why"],
+            [[e["job_id"], e["status"], e["error"]] for e in s["errors"]],
+        ),
     ]
     return sections
 
@@ -303,7 +429,7 @@ def _headline(s: dict[str, Any]) -> str:
     since = f" since {s['since']}" if s["since"] else ""
     return (
         f"{t['jobs']} job(s){since}: {t['failed']} failed, {t['healthy']} without failure, "
-        f"{t['error']} could not be analysed, {t['empty']} empty"
+        f"{t['error']} could not be analysed, {t['empty']} empty, {t['damaged']} damaged"
     )
 
 
@@ -346,10 +472,15 @@ def _markdown(s: dict[str, Any]) -> str:
 
 # --- HTML --------------------------------------------------------------------------------------
 
+#: Distinct colours for causes (Tableau 20 without its greys, which mean "no failure" here);
+#: past 18 causes the rest share one grey rather than repeat a cause's colour.
 PALETTE = (
-    "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a",
+    "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5",
 )  # fmt: skip
+QUIET = "#c7c7c7"
+OTHER = "#7f7f7f"
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;background:#fafafa;color:#222}
 main{max-width:1100px;margin:0 auto;padding:24px}
@@ -369,7 +500,14 @@ def esc(value: object) -> str:
 
 
 def _colors(names: Sequence[str]) -> dict[str, str]:
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    """One colour per cause, never shared; jobs without a failure (and statuses) in grey."""
+    out: dict[str, str] = {}
+    causes = [n for n in names if not n.startswith("(")]
+    for i, name in enumerate(causes):
+        out[name] = PALETTE[i] if i < len(PALETTE) else OTHER
+    for name in names:
+        out.setdefault(name, QUIET)
+    return out
 
 
 def _bar_chart(causes: list[dict[str, Any]], colors: dict[str, str]) -> str:
@@ -430,7 +568,7 @@ def _trend_chart(weeks: list[dict[str, Any]], colors: dict[str, str]) -> str:
         if len(order) <= 20 or i % max(1, len(order) // 20) == 0:
             parts.append(
                 f'<text x="{x + bar_w / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle" '
-                f'font-size="10">{esc(week[5:])}</text>'
+                f'font-size="10">{esc(week)}</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -448,6 +586,43 @@ def _html_table(header: list[str], rows: list[list[Any]]) -> str:
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _job_link(job_id: str, report: str | None) -> str:
+    """A job id, linked to its HTML report when ``triage --reports`` wrote one."""
+    if not report:
+        return esc(job_id)
+    href = Path(report).resolve().as_uri()
+    return f'<a href="{esc(href)}">{esc(job_id)}</a>'
+
+
+def _signature_table(signatures: list[dict[str, Any]], colors: dict[str, str]) -> str:
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "signature",
+            "cause",
+            "jobs",
+            "first seen",
+            "last seen",
+            "failure",
+            "jobs, latest first",
+        )
+    )
+    rows = []
+    for g in signatures:
+        jobs = ", ".join(
+            _job_link(j, r) for j, r in zip(g["examples"], g["example_reports"], strict=False)
+        )
+        new = " <strong>new</strong>" if g["new"] else ""
+        dot = f'<i style="background:{colors.get(g["cause"], OTHER)}"></i>'
+        rows.append(
+            f"<tr><td><code>{esc(g['signature'])}</code>{new}</td>"
+            f'<td class="legend">{dot}{esc(g["cause"])}</td><td class="n">{esc(g["jobs"])}</td>'
+            f"<td>{esc(g['first_seen'])}</td><td>{esc(g['last_seen'])}</td>"
+            f"<td>{esc(g['text'])}</td><td>{jobs}</td></tr>"
+        )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _html(s: dict[str, Any]) -> str:
@@ -472,7 +647,9 @@ def _html(s: dict[str, Any]) -> str:
         body += ["<h2>Trend per week</h2>", _trend_chart(s["weeks"], colors)]
         body.append(f'<p class="legend">{legend}</p>')
     for title, header, rows in _sections(s):
-        if rows:
+        if title == "Failure signatures" and rows:
+            body += [f"<h2>{esc(title)}</h2>", _signature_table(s["signatures"], colors)]
+        elif rows:
             body += [f"<h2>{esc(title)}</h2>", _html_table(header, rows)]
     body_html = "\n".join(part for part in body if part)
     return page(f"crashlens fleet summary: {_headline(s)}", body_html, STYLE)

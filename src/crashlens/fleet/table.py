@@ -3,24 +3,33 @@
 Layout of ``fleet.parquet/`` (documented in docs/fleet.md, versioned by
 :data:`FLEET_SCHEMA_VERSION`)::
 
-    _fleet.json                         {"fleet_schema_version": 1}
+    _fleet.json                         {"fleet_schema_version": 2}
+    _fleet.lock                         while a run writes: {"pid": ..., "host": ..., "since": ...}
     jobs/part-000001-<id>.parquet       one row per job analysed in that batch
     evidence/part-000001-<id>.parquet   the evidence rows of those jobs
+    commits/000001-<id>.json            the commit record: which two parts make batch 1
 
-A batch is committed by renaming its jobs part into place, after its evidence part: a part is
-written under a dot-name first (readers skip those) and ``os.replace``d, so a killed run leaves
-whole batches only, and an evidence part without its jobs part is ignored. Rows are never
-rewritten: a job analysed again (changed, ``--force``, an error retried) gets a newer row, and
-readers take each job's row from its latest batch.
+A batch is written as its evidence part, then its jobs part, then its commit record (the commit
+point); each file is written under a dot-name first (readers skip those), flushed, and
+``os.replace``d. Readers see only the parts a commit record names, so a run killed between two
+of those steps leaves parts nobody reads (orphans), which the next writer removes. Batch numbers
+count every part ever written, so an orphan's number is never reused. One writer at a time: a
+run holds ``_fleet.lock`` (created exclusively) from reading what the table knows to its last
+commit; a second run refuses with the holder's pid, and a lock whose process is gone (same host)
+is taken over. Rows are never rewritten: a job analysed again (changed, ``--force``, an error
+retried) gets a newer row, and readers take each job's row from its latest batch.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
+import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +40,11 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-FLEET_SCHEMA_VERSION = 1
+FLEET_SCHEMA_VERSION = 2
 MARKER = "_fleet.json"
+LOCK = "_fleet.lock"
 _PART = re.compile(r"^part-(\d{6})-([0-9a-f]{12})\.parquet$")
+_COMMIT = re.compile(r"^(\d{6})-([0-9a-f]{12})\.json$")
 
 #: (column, Arrow type name, nullable): the jobs table, in order.
 JOB_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -43,6 +54,8 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cause_class", "string"),
     ("rule", "string"),
     ("title", "string"),
+    ("signature", "string"),
+    ("signature_text", "string"),
     ("kind", "string"),
     ("confidence", "float64"),
     ("severity", "string"),
@@ -55,6 +68,8 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("bytes", "int64"),
     ("n_causes", "int64"),
     ("symptoms", "string"),
+    ("notes", "string"),
+    ("skipped_files", "string"),
     ("torch", "string"),
     ("cuda", "string"),
     ("nccl", "string"),
@@ -67,9 +82,11 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("last_modified", "timestamp"),
     ("fingerprint", "string"),
     ("analysis_seconds", "float64"),
+    ("analysed_at", "timestamp"),
     ("crashlens_version", "string"),
     ("rules_hash", "string"),
     ("error", "string"),
+    ("report", "string"),
     ("batch", "int64"),
     ("schema_version", "int32"),
 )
@@ -78,6 +95,7 @@ EVIDENCE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("position", "int64"),
     ("rule", "string"),
     ("cause_class", "string"),
+    ("signature", "string"),
     ("file", "string"),
     ("line", "int64"),
     ("rank", "int64"),
@@ -87,7 +105,9 @@ EVIDENCE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("batch", "int64"),
 )
 #: Columns that depend on where and when a job was read, not on what its logs say.
-RUN_COLUMNS = frozenset({"path", "fingerprint", "last_modified", "analysis_seconds", "batch"})
+RUN_COLUMNS = frozenset(
+    {"path", "fingerprint", "last_modified", "analysis_seconds", "analysed_at", "batch", "report"}
+)
 
 
 def arrow_schema(columns: Iterable[tuple[str, str]]) -> pa.Schema:
@@ -107,6 +127,15 @@ def arrow_schema(columns: Iterable[tuple[str, str]]) -> pa.Schema:
 
 
 @dataclass(frozen=True, slots=True)
+class Commit:
+    """One committed batch: its number and the part files it is made of."""
+
+    batch: int
+    jobs: str
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
 class Known:
     """What the table already says about a job (for incremental runs)."""
 
@@ -122,7 +151,7 @@ class FleetTable:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise CrashlensError(f"{self.path}: exists and is not a fleet table directory")
-        if self.path.is_dir() and any(self.path.iterdir()):
+        if self.path.is_dir() and any(e.name != LOCK for e in self.path.iterdir()):
             marker = self.path / MARKER
             if not marker.is_file():
                 raise CrashlensError(
@@ -139,7 +168,7 @@ class FleetTable:
                     f"{FLEET_SCHEMA_VERSION}; write to a new table"
                 )
 
-    # -- parts ------------------------------------------------------------------------------
+    # -- parts and commits -------------------------------------------------------------------
     def _parts(self, table: str) -> list[tuple[int, str, Path]]:
         folder = self.path / table
         if not folder.is_dir():
@@ -151,19 +180,99 @@ class FleetTable:
                 out.append((int(m.group(1)), m.group(2), entry))
         return sorted(out)
 
-    def committed(self) -> list[tuple[int, str, Path]]:
-        """The committed batches: ``(batch, id, jobs part)``, oldest first."""
-        return self._parts("jobs")
+    def commits(self) -> list[Commit]:
+        """The committed batches, oldest first (a record that cannot be read is skipped)."""
+        folder = self.path / "commits"
+        if not folder.is_dir():
+            return []
+        out = []
+        for entry in sorted(folder.iterdir()):
+            if not _COMMIT.match(entry.name):
+                continue
+            try:
+                data = json.loads(entry.read_text(encoding="utf-8"))
+                out.append(Commit(int(data["batch"]), str(data["jobs"]), str(data["evidence"])))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return sorted(out, key=lambda c: c.batch)
+
+    def orphans(self) -> list[Path]:
+        """Part files no commit record names: what a run killed mid-commit left."""
+        named = {(c.jobs, c.evidence) for c in self.commits()}
+        jobs = {c for c, _ in named}
+        evidence = {e for _, e in named}
+        out = [p for _, _, p in self._parts("jobs") if p.name not in jobs]
+        out += [p for _, _, p in self._parts("evidence") if p.name not in evidence]
+        for table in ("jobs", "evidence", "commits"):
+            folder = self.path / table
+            if folder.is_dir():
+                out += [p for p in folder.iterdir() if p.name.startswith(".")]
+        return sorted(out)
+
+    def remove_orphans(self) -> int:
+        """Delete the orphaned parts (only while holding the lock); how many there were."""
+        removed = 0
+        for path in self.orphans():
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+        return removed
 
     def next_batch(self) -> int:
-        """The number the next batch gets."""
-        parts = self.committed()
-        return parts[-1][0] + 1 if parts else 1
+        """The number the next batch gets: past every batch, committed or orphaned."""
+        numbers = [c.batch for c in self.commits()]
+        numbers += [b for t in ("jobs", "evidence") for b, _, _ in self._parts(t)]
+        return max(numbers, default=0) + 1
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the table's writer lock; refuse when another live run holds it.
+
+        Raises:
+            TableLockedError: another process (alive, or on another host) holds the lock.
+        """
+        created = not self.path.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = self.path / LOCK
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = _read_lock(lock)
+                if holder is not None and _alive(holder):
+                    raise TableLockedError(
+                        f"{self.path}: another crashlens triage is writing this table (pid "
+                        f"{holder.get('pid')} on {holder.get('host')}, since "
+                        f"{holder.get('since')}); wait for it to finish, or delete {lock} if "
+                        "that run is gone"
+                    ) from None
+                lock.unlink(missing_ok=True)  # a stale lock: its process is gone
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(me, fh)
+            break
+        else:
+            raise TableLockedError(f"{self.path}: cannot take the writer lock {lock}")
+        try:
+            yield
+        finally:
+            holder = _read_lock(lock)
+            if holder is not None and holder.get("pid") == me["pid"]:
+                lock.unlink(missing_ok=True)
+            if created and not any(self.path.iterdir()):
+                self.path.rmdir()  # a run that wrote nothing leaves no table behind
 
     def write_batch(
         self, batch: int, rows: list[dict[str, Any]], evidence: list[dict[str, Any]]
     ) -> None:
-        """Commit one batch: evidence first, then the jobs part (the commit point)."""
+        """Commit one batch: its evidence part, its jobs part, then the commit record."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -173,7 +282,8 @@ class FleetTable:
         marker = self.path / MARKER
         if not marker.exists():
             _atomic_text(marker, json.dumps({"fleet_schema_version": FLEET_SCHEMA_VERSION}))
-        part = f"part-{batch:06d}-{uuid.uuid4().hex[:12]}.parquet"
+        ident = uuid.uuid4().hex[:12]
+        part = f"part-{batch:06d}-{ident}.parquet"
         for table, columns, data in (
             ("evidence", EVIDENCE_COLUMNS, evidence),
             ("jobs", JOB_COLUMNS, rows),
@@ -187,7 +297,19 @@ class FleetTable:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, folder / part)
-        _fsync_dir(self.path / "jobs")
+            _fsync_dir(folder)
+        commits = self.path / "commits"
+        commits.mkdir(exist_ok=True)
+        record = {
+            "batch": batch,
+            "jobs": part,
+            "evidence": part,
+            "rows": len(rows),
+            "evidence_rows": len(evidence),
+            "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        _atomic_text(commits / f"{batch:06d}-{ident}.json", json.dumps(record), sync=True)
+        _fsync_dir(commits)
 
     # -- reading ----------------------------------------------------------------------------
     def known(self) -> dict[str, Known]:
@@ -224,8 +346,8 @@ class FleetTable:
         import pyarrow.parquet as pq
 
         schema = arrow_schema(columns)
-        committed = {b for b, _, _ in self.committed()}
-        parts = [p for b, _, p in self._parts(table) if b in committed]
+        named = {c.jobs if table == "jobs" else c.evidence for c in self.commits()}
+        parts = [p for _, _, p in self._parts(table) if p.name in named]
         if wanted is not None:
             schema = pa.schema([schema.field(c) for c in wanted])
         if not parts:
@@ -264,9 +386,41 @@ def _latest(frame: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(last.reset_index(drop=True))
 
 
-def _atomic_text(path: Path, text: str) -> None:
+class TableLockedError(CrashlensError):
+    """Another run holds the table's writer lock."""
+
+
+def _read_lock(lock: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(lock.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # being written right now, or damaged: treated as held
+    return data if isinstance(data, dict) else {}
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """Whether the lock's process may still run (another host's cannot be checked: yes)."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _atomic_text(path: Path, text: str, *, sync: bool = False) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+        if sync:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 

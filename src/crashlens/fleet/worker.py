@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,6 +32,7 @@ from crashlens._version import __version__
 from crashlens.errors import CrashlensError, NoInputError
 from crashlens.fleet.jobs import Job, filesystem
 from crashlens.ingest.discover import Candidate, discover
+from crashlens.model import InputFile
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet
 from crashlens.session import SequentialRunner, Session
@@ -57,6 +59,8 @@ class WorkerContext:
     rules: RuleSet
     rules_hash: str
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Render each analysed job's HTML report (``triage --reports``) into its outcome.
+    reports: bool = False
 
 
 class SessionFactory:
@@ -79,6 +83,8 @@ class SessionFactory:
         session = copy.copy(self.template)
         for name in self.state:
             setattr(session, name, copy.copy(getattr(self.template, name)))
+        # the compiled matcher is shared; its timeout state is this job's alone
+        session.matcher = self.template.matcher.fresh()
         return session
 
 
@@ -101,6 +107,8 @@ class JobOutcome:
     row: dict[str, Any]
     evidence: list[dict[str, Any]]
     worker_pid: int = 0
+    #: The job's HTML report, when the run asked for reports (written by the driver).
+    html: str | None = None
 
 
 def rules_hash(rules: RuleSet) -> str:
@@ -135,8 +143,10 @@ def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
             except NoInputError as exc:
                 if _only_non_logs(session):
                     return _outcome(job, ctx, "empty", None, start)
-                raise CrashlensError(str(exc)) from None
-        return _outcome(job, ctx, "analysed", report, start)
+                # every log was empty or could not be read: the job's output is damaged
+                return _outcome(job, ctx, "damaged", None, start, session=session, note=str(exc))
+        status = "damaged" if not report.failed and _all_damaged(report.inputs) else "analysed"
+        return _outcome(job, ctx, status, report, start)
     except Exception as exc:  # one job's failure is its row, never the run's
         return _outcome(job, ctx, "error", None, start, error=_reason(exc))
 
@@ -152,6 +162,16 @@ def _reason(exc: BaseException) -> str:
         text = f"internal error ({type(exc).__name__}: {exc})"
     text = " ".join(text.split())
     return text[:MAX_ERROR]
+
+
+def _not_a_log(f: InputFile) -> bool:
+    return (f.skipped or "").startswith("not a log")
+
+
+def _all_damaged(inputs: list[InputFile]) -> bool:
+    """Whether no log of the job was read whole: each was empty, cut short or unreadable."""
+    logs = [f for f in inputs if not _not_a_log(f)]
+    return bool(logs) and all(f.skipped is not None or f.note is not None for f in logs)
 
 
 def _only_non_logs(session: Session) -> bool:
@@ -232,14 +252,24 @@ def _outcome(
     start: float,
     *,
     error: str | None = None,
+    session: Session | None = None,
+    note: str | None = None,
 ) -> JobOutcome:
     row = base_row(job, ctx, status, error=error)
     evidence: list[dict[str, Any]] = []
     if report is not None:
         row.update(report_columns(report))
         evidence = list(_evidence(job.job_id, report))
+    elif session is not None:
+        row.update(read_columns(session.inputs, [*session.notes, *([note] if note else [])]))
+    page = None
+    if report is not None and ctx is not None and ctx.reports:
+        from crashlens.render import render
+
+        page = render(report, "html")
     row["analysis_seconds"] = time.perf_counter() - start
-    return JobOutcome(row, evidence, os.getpid())
+    row["analysed_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return JobOutcome(row, evidence, os.getpid(), page)
 
 
 def base_row(
@@ -253,6 +283,8 @@ def base_row(
         "cause_class": None,
         "rule": None,
         "title": None,
+        "signature": None,
+        "signature_text": None,
         "kind": None,
         "confidence": None,
         "severity": None,
@@ -265,6 +297,8 @@ def base_row(
         "bytes": 0,
         "n_causes": 0,
         "symptoms": "{}",
+        "notes": "[]",
+        "skipped_files": "[]",
         **{col: None for col in ENV_COLUMNS.values()},
         "environment": "{}",
         "submitted_at": job.submitted_at,
@@ -273,9 +307,11 @@ def base_row(
         "last_modified": when(job.last_modified),
         "fingerprint": job.fingerprint,
         "analysis_seconds": 0.0,
+        "analysed_at": None,
         "crashlens_version": __version__,
         "rules_hash": ctx.rules_hash if ctx is not None else "",
         "error": error,
+        "report": None,
     }
 
 
@@ -291,16 +327,20 @@ def report_columns(report: Report) -> dict[str, Any]:
         "n_causes": len(report.causes),
         "symptoms": json.dumps(symptom_counts(report), sort_keys=True),
         "environment": json.dumps(env, sort_keys=True, ensure_ascii=False),
+        **read_columns(report.inputs, report.notes),
     }
     for key, col in ENV_COLUMNS.items():
         out[col] = env.get(key)
     top = report.primary
     if top is not None:
         rule = top.match.rule
+        sig = report.signature(top)
         out.update(
             cause_class=rule.cls,
             rule=rule.id,
             title=rule.title,
+            signature=sig.key,
+            signature_text=sig.text,
             kind=top.kind,
             confidence=float(top.confidence),
             severity=rule.severity,
@@ -309,6 +349,22 @@ def report_columns(report: Report) -> dict[str, Any]:
     if ff is not None:
         out.update(first_rank=ff.rank, first_host=ff.host, first_time=when(ff.time))
     return out
+
+
+def read_columns(inputs: list[InputFile], notes: list[str]) -> dict[str, str]:
+    """``notes`` (the analysis's notes, then each damaged file's) and ``skipped_files`` (the
+    logs that could not be read, not the files that are no logs), as JSON lists: what a reader
+    of the table needs to know was not read whole."""
+    file_notes = [f"{f.path}: {f.note}" for f in inputs if f.skipped is None and f.note]
+    skipped = [
+        {"path": f.path, "reason": f.skipped}
+        for f in inputs
+        if f.skipped is not None and not _not_a_log(f)  # those are never listed for a job
+    ]
+    return {
+        "notes": json.dumps([*notes, *file_notes], ensure_ascii=False),
+        "skipped_files": json.dumps(skipped, ensure_ascii=False),
+    }
 
 
 def symptom_counts(report: Report) -> dict[str, int]:
@@ -324,12 +380,14 @@ def symptom_counts(report: Report) -> dict[str, int]:
 
 def _evidence(job_id: str, report: Report) -> Iterator[dict[str, Any]]:
     for position, cause in enumerate(report.causes):
+        sig = report.signature(cause).key
         for ev in cause.evidence:
             yield {
                 "job_id": job_id,
                 "position": position,
                 "rule": cause.match.rule.id,
                 "cause_class": cause.match.rule.cls,
+                "signature": sig,
                 "file": ev.file,
                 "line": ev.line,
                 "rank": ev.rank,
@@ -337,6 +395,13 @@ def _evidence(job_id: str, report: Report) -> Iterator[dict[str, Any]]:
                 "time": when(ev.time),
                 "text": ev.text,
             }
+
+
+def report_name(job_id: str) -> str:
+    """The file name of a job's HTML report: its id made safe, plus a digest of the id (two
+    ids that differ only in unsafe characters never share a file)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_id).strip("._")[:100] or "job"
+    return f"{safe}-{hashlib.sha256(job_id.encode()).hexdigest()[:8]}.html"
 
 
 def failed_outcome(job: Job, ctx: WorkerContext | None, reason: str) -> JobOutcome:

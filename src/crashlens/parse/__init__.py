@@ -64,6 +64,7 @@ def parse_binary(
     tb_ids: itertools.count[int],
     progress: Callable[[int], None] | None = None,
     indexed: IndexedBlocks | None = None,
+    ceiling: float | None = None,
 ) -> FileResult:
     """Parse a file's byte stream, on the fast path whenever the file allows it.
 
@@ -71,17 +72,20 @@ def parse_binary(
     on the fast path too); other encodings, kernel logs and rule sets with a detector that
     must see every line take the line-by-line path. ``indexed`` gives the file's blocks
     already indexed (in parallel) instead of indexing ``stream``'s here; ``progress`` is told
-    the bytes of each block once it is parsed.
+    the bytes of each block once it is parsed. ``ceiling`` is the file's modification time:
+    no year-less timestamp is put after it (see :class:`~crashlens.parse.clock.Clock`).
     """
     head = stream.read(256 * 1024) if encoding == "utf-8" else b""
     if not fast_path_ok(source, encoding, scanner):
         lines = iter_lines(stream, encoding, head=head)
-        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids)
+        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
     assert scanner is not None
     head_lines = head[: head.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
     sample = head_lines[:SNIFF_LINES]
     style = sniff_style(sample) if sample else PrefixStyle()
-    parser = FileParser(source, rules, matcher, year=year, style=style, tb_ids=tb_ids)
+    parser = FileParser(
+        source, rules, matcher, year=year, style=style, tb_ids=tb_ids, ceiling=ceiling
+    )
     if indexed is not None:
         blocks = indexed(style)
     else:
@@ -109,6 +113,7 @@ def parse_lines(
     year: int,
     tb_ids: itertools.count[int],
     time_override: float | None = None,
+    ceiling: float | None = None,
 ) -> FileResult:
     """Parse ``(lineno, text)`` pairs of one file into a :class:`FileResult`.
 
@@ -126,6 +131,7 @@ def parse_lines(
         style=style,
         tb_ids=tb_ids,
         time_override=time_override,
+        ceiling=ceiling,
     )
     for lineno, text in itertools.chain(head, it):
         parser.feed(lineno, text)
@@ -171,8 +177,13 @@ def parse_error_file(
 
 def file_year(path: Path | None) -> int:
     """The year to assume for year-less timestamps: the file's modification year."""
+    return time.gmtime(file_mtime(path)).tm_year
+
+
+def file_mtime(path: Path | None) -> float:
+    """When the file was last written (now for stdin or a file that cannot be stat'ed): no
+    line of it can be later."""
     try:
-        mtime = path.stat().st_mtime if path is not None else time.time()
+        return path.stat().st_mtime if path is not None else time.time()
     except OSError:
-        mtime = time.time()
-    return time.gmtime(mtime).tm_year
+        return time.time()

@@ -14,13 +14,27 @@ from crashlens.parse.timestamps import Stamp, monotonic_after_syslog, parse_time
 
 #: Lines to wait for a timestamp to give to findings that had none before them.
 UNTIMED_PATIENCE = 2000
+#: How far past the file's modification time a year-less timestamp may land (clocks of the
+#: writer and the file system differ, local time printed as if UTC) before it is taken to be
+#: from the year before.
+CEILING_SLACK_S = 2 * 86400.0
 
 
 class Clock:
     """Reads the time of a file's lines; one per file."""
 
-    def __init__(self, year: int, *, kernel: bool = False, override: float | None = None):
+    def __init__(
+        self,
+        year: int,
+        *,
+        kernel: bool = False,
+        override: float | None = None,
+        ceiling: float | None = None,
+    ):
         self.year = year
+        #: The file's modification time: a year-less timestamp cannot be later (a log of
+        #: December 31 written to on January 1 is last year's).
+        self.ceiling = ceiling
         #: Whether a dated line told the year (else ``year`` was assumed).
         self.year_known = False
         self.kernel = kernel
@@ -40,7 +54,20 @@ class Clock:
             # Year-less formats elsewhere in this file take the year of its dated lines.
             self.year = time.gmtime(stamp.value).tm_year
             self.year_known = True
+        elif self._in_future(stamp):
+            earlier = parse_timestamp(text, self.year - 1)
+            stamp = earlier if earlier is not None else stamp
         return self._wall(stamp)
+
+    def _in_future(self, stamp: Stamp) -> bool:
+        """A year-less time, with the assumed year, after the file was last written."""
+        return (
+            not stamp.has_year
+            and not stamp.monotonic
+            and not self.year_known
+            and self.ceiling is not None
+            and stamp.value > self.ceiling + CEILING_SLACK_S
+        )
 
     def _wall(self, stamp: Stamp) -> float | None:
         if stamp.monotonic:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -42,6 +43,14 @@ class LineMatcher:
             self.prefilter_text = re.compile("|".join(parts))
         self.timeouts: dict[str, int] = {}
         self.disabled: set[int] = set()
+
+    def fresh(self) -> LineMatcher:
+        """This matcher's compiled indexes with a state of its own (no timeouts, nothing
+        disabled): one analysis's slow detector is not skipped in the next one's."""
+        other = copy.copy(self)
+        other.timeouts = {}
+        other.disabled = set()
+        return other
 
     def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:
         """Every (rule, detector, match) for ``text`` from a source of ``kind``."""

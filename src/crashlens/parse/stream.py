@@ -67,11 +67,14 @@ class FileParser:
         style: PrefixStyle,
         tb_ids: itertools.count[int],
         time_override: float | None = None,
+        ceiling: float | None = None,
     ) -> None:
         self.source = source
         self.style = style
         self.tb_ids = tb_ids
-        self.clock = Clock(year, kernel=source.kind == "kernel", override=time_override)
+        self.clock = Clock(
+            year, kernel=source.kind == "kernel", override=time_override, ceiling=ceiling
+        )
         self.collector = HitCollector(source, rules, matcher, self.clock)
         self.streams: dict[StreamKey, Stream] = {}
         self.rank_map: dict[tuple[str, int], int] = {}
