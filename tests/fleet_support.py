@@ -35,6 +35,7 @@ class Expected:
     nccl: str | None
     evidence: tuple[str, ...]
     signature: str | None = None
+    hosts: tuple[str, ...] = ()
 
 
 def expected_of(fixture: Path, rules: RuleSet | None = None) -> Expected:
@@ -51,6 +52,7 @@ def expected_of(fixture: Path, rules: RuleSet | None = None) -> Expected:
         nccl=report.environment.get("nccl"),
         evidence=tuple(e.text for e in top.evidence) if top else (),
         signature=report.signature(top).key if top else None,
+        hosts=tuple(sorted({r.host for r in report.ranks if r.host})),
     )
 
 

@@ -42,7 +42,7 @@ ANALYSIS_COLUMNS = [
     "verdict", "first_rank", "first_host", "first_time", "n_ranks", "n_files", "bytes",
     "n_causes", "symptoms", "torch", "cuda", "nccl", "driver", "gpu", "environment",
     "crashlens_version", "rules_hash", "error", "signature", "signature_text", "notes",
-    "skipped_files",
+    "skipped_files", "hosts",
 ]  # fmt: skip
 EXTRA_MESSAGE = "crashlens triage needs the fleet extra: pip install 'crashlens[fleet]'"
 
@@ -379,6 +379,18 @@ def test_summary_counts_equal_a_hand_count(tmp_path, expected, capsys):
     )
     assert hardware  # the fixtures include an Xid failure
     assert {(h["cause_class"], h["host"]): h["jobs"] for h in s["hardware_hosts"]} == hardware
+    # node blame: failures that began on a host, out of every job that ran there
+    ran = Counter(h for e in want.values() for h in {*e.hosts, *filter(None, [e.first_host])})
+    blamed = Counter(
+        e.first_host
+        for e in want.values()
+        if e.cause_class in ("gpu_hardware", "nccl_error", "host_oom") and e.first_host
+    )
+    assert blamed
+    assert {n["host"]: (n["failed"], n["jobs"]) for n in s["node_blame"]} == {
+        h: (n, ran[h]) for h, n in blamed.items()
+    }
+    assert all(n["jobs"] >= n["failed"] for n in s["node_blame"])
     nccl = Counter((e.nccl, _cause(e)) for e in want.values() if e.nccl)
     got_nccl = {(v["version"], v["cause"]): v["jobs"] for v in s["versions"] if v["fact"] == "nccl"}
     assert got_nccl == nccl

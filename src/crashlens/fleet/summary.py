@@ -33,6 +33,10 @@ TOP_SIGNATURES = 25
 EXAMPLE_JOBS = 5
 #: Causes a machine, not the job, is usually to blame for: their hosts are listed.
 HARDWARE_CLASSES = ("gpu_hardware",)
+#: Causes a node can be to blame for (its GPUs, its network, its memory): per host, the jobs
+#: that failed first there of these classes, out of every job that ran there.
+NODE_CLASSES = ("gpu_hardware", "nccl_error", "host_oom")
+TOP_NODES = 15
 VERSION_FACTS = ("torch", "cuda", "nccl", "driver")
 NO_FAILURE = "(no failure)"
 TOP_HOSTS = 10
@@ -179,6 +183,7 @@ def summarize(
             ORDER BY cause_class, jobs DESC, host""",
         params,
     )
+    nodes = _node_blame(con, where, params)
     versions: list[dict[str, Any]] = []
     for fact in VERSION_FACTS:
         versions += _rows(
@@ -255,6 +260,7 @@ def summarize(
         "weeks": weeks,
         "signatures": signatures,
         "hardware_hosts": hardware,
+        "node_blame": nodes,
         "versions": versions,
         "errors": errors,
     }
@@ -295,6 +301,40 @@ def _signatures(
         r["example_reports"] = [x or None for x in r["example_reports"] or []]
         r["new"] = cutoff is not None and r["signature"] not in before
     return rows
+
+
+def _node_blame(con: Any, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per host with node-class failures: how many jobs ran there (failed or healthy: the
+    hosts every job's logs name), how many failed first there of each node class, and the
+    share. A host that runs many jobs is not blamed for its count alone."""
+    rows = _rows(con, f"SELECT hosts, cause_class, first_host FROM jobs {where}", params)
+    ran: dict[str, int] = defaultdict(int)
+    failed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        try:
+            hosts = set(json.loads(r["hosts"] or "[]"))
+        except ValueError:
+            hosts = set()
+        if r["first_host"]:
+            hosts.add(r["first_host"])
+        for host in hosts:
+            ran[host] += 1
+        if r["cause_class"] in NODE_CLASSES and r["first_host"]:
+            failed[r["first_host"]][r["cause_class"]] += 1
+    ranked = sorted(
+        failed.items(),
+        key=lambda kv: (-sum(kv[1].values()), -sum(kv[1].values()) / ran[kv[0]], kv[0]),
+    )
+    return [
+        {
+            "host": host,
+            "jobs": ran[host],
+            "failed": sum(by_class.values()),
+            "share": round(sum(by_class.values()) / ran[host], 4),
+            "classes": dict(sorted(by_class.items())),
+        }
+        for host, by_class in ranked[:TOP_NODES]
+    ]
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -409,6 +449,20 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
             "Hosts with hardware failures",
             ["cause", "host", "jobs", "last seen"],
             [[h["cause_class"], h["host"], h["jobs"], h["last_seen"]] for h in s["hardware_hosts"]],
+        ),
+        (
+            "Nodes to look at (GPU, network, memory failures)",
+            ["host", "failed first there", "jobs that ran there", "share", "classes"],
+            [
+                [
+                    n["host"],
+                    n["failed"],
+                    n["jobs"],
+                    f"{100 * n['share']:.0f}%",
+                    ", ".join(f"{k} {v}" for k, v in n["classes"].items()),
+                ]
+                for n in s["node_blame"]
+            ],
         ),
         (
             "Causes per version",

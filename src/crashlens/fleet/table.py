@@ -64,6 +64,7 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("first_host", "string"),
     ("first_time", "timestamp"),
     ("n_ranks", "int64"),
+    ("hosts", "string"),
     ("n_files", "int64"),
     ("bytes", "int64"),
     ("n_causes", "int64"),

@@ -293,6 +293,7 @@ def base_row(
         "first_host": None,
         "first_time": None,
         "n_ranks": 0,
+        "hosts": "[]",
         "n_files": 0,
         "bytes": 0,
         "n_causes": 0,
@@ -322,6 +323,7 @@ def report_columns(report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {
         "verdict": report.verdict,
         "n_ranks": len(report.ranks),
+        "hosts": json.dumps(sorted({r.host for r in report.ranks if r.host})),
         "n_files": len(files),
         "bytes": sum(f.bytes for f in files),
         "n_causes": len(report.causes),
