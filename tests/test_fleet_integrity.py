@@ -416,3 +416,34 @@ def test_a_job_that_looks_like_many_is_pointed_out(tmp_path: Path, capsys) -> No
     assert main(["triage", str(root), "-o", str(tmp_path / "fleet.parquet"), "-q"]) == 0
     err = capsys.readouterr().err
     assert "warning: job alice holds logs in 70 directories" in err and "--path-fields" in err
+
+
+def test_compact_merges_parts_and_survives_a_kill_before_its_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from crashlens.cli import main
+    from crashlens.fleet import run_triage
+    from crashlens.fleet.table import FleetTable
+
+    root, out = tmp_path / "jobs", tmp_path / "fleet.parquet"
+    make_jobs(root, 12)
+    run_triage([root], out, workers=2, commit_every=4)
+    run_triage([root], out, workers=2, commit_every=5, force=True)  # 12 superseded rows
+    table = FleetTable(out)
+    assert len(table.commits()) == 6
+    jobs_before, evidence_before = table.read_jobs(), table.read_evidence()
+    # killed after the compaction's commit record, before the old parts were removed
+    monkeypatch.setattr(FleetTable, "remove_orphans", lambda self: 0)
+    with table.lock():
+        assert table.compact() == (6, 12, 12)
+    monkeypatch.undo()
+    assert len(table.commits()) == 1 and len(table.orphans()) == 18  # 6 records, their 12 parts
+    pd.testing.assert_frame_equal(table.read_jobs(), jobs_before)
+    pd.testing.assert_frame_equal(table.read_evidence(), evidence_before)
+    # the CLI's compaction of a compacted table has nothing to merge; it cleans up
+    assert main(["triage", "compact", str(out)]) == 0
+    assert "nothing to merge" in capsys.readouterr().out
+    rerun = run_triage([root], out, workers=2)  # the next writer removes what was replaced
+    assert rerun.analysed == 0 and table.orphans() == []
+    assert len(list((out / "jobs").glob("part-*.parquet"))) == 1
+    pd.testing.assert_frame_equal(table.read_jobs(), jobs_before)

@@ -223,6 +223,31 @@ def _run_line(result: TriageRun, output: Path) -> str:
     )
 
 
+@triage_app.command("compact")
+def compact_command(
+    table: Annotated[Path, typer.Argument(help="A fleet table written by crashlens triage.")],
+) -> None:
+    """Merge the table's part files into one, keeping each job's latest row and its evidence."""
+    _need("pyarrow")
+    from crashlens.fleet.table import MARKER, FleetTable
+
+    if not (table / MARKER).is_file():
+        _fail(f"{table}: not a fleet table (no {MARKER})")
+    store = FleetTable(table)
+    try:
+        with store.lock():
+            parts, kept, dropped = store.compact()
+    except CrashlensError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(
+        f"crashlens triage compact: {parts} part(s) -> 1: {kept} job row(s) kept, "
+        f"{dropped} superseded row(s) dropped"
+        if parts > 1
+        else f"crashlens triage compact: {table} has {parts} part(s); nothing to merge"
+    )
+
+
 @triage_app.command("summary")
 def summary_command(
     table: Annotated[Path, typer.Argument(help="A fleet table written by crashlens triage.")],

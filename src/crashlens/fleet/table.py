@@ -182,7 +182,11 @@ class FleetTable:
         return sorted(out)
 
     def commits(self) -> list[Commit]:
-        """The committed batches, oldest first (a record that cannot be read is skipped)."""
+        """The committed batches, oldest first: every readable commit record that no
+        compaction's record replaces."""
+        return [c for _, c in self._live_records()]
+
+    def _records(self) -> list[tuple[Path, Commit, list[str]]]:
         folder = self.path / "commits"
         if not folder.is_dir():
             return []
@@ -192,10 +196,18 @@ class FleetTable:
                 continue
             try:
                 data = json.loads(entry.read_text(encoding="utf-8"))
-                out.append(Commit(int(data["batch"]), str(data["jobs"]), str(data["evidence"])))
+                commit = Commit(int(data["batch"]), str(data["jobs"]), str(data["evidence"]))
+                replaces = [str(x) for x in data.get("replaces", [])]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-        return sorted(out, key=lambda c: c.batch)
+            out.append((entry, commit, replaces))
+        return out
+
+    def _live_records(self) -> list[tuple[Path, Commit]]:
+        records = self._records()
+        replaced = {name for _, _, names in records for name in names}
+        live = [(path, c) for path, c, _ in records if path.name not in replaced]
+        return sorted(live, key=lambda pc: pc[1].batch)
 
     def orphans(self) -> list[Path]:
         """Part files no commit record names: what a run killed mid-commit left."""
@@ -208,6 +220,8 @@ class FleetTable:
             folder = self.path / table
             if folder.is_dir():
                 out += [p for p in folder.iterdir() if p.name.startswith(".")]
+        live = {path for path, _ in self._live_records()}
+        out += [path for path, _, _ in self._records() if path not in live]  # replaced
         return sorted(out)
 
     def remove_orphans(self) -> int:
@@ -223,7 +237,7 @@ class FleetTable:
 
     def next_batch(self) -> int:
         """The number the next batch gets: past every batch, committed or orphaned."""
-        numbers = [c.batch for c in self.commits()]
+        numbers = [c.batch for _, c, _ in self._records()]
         numbers += [b for t in ("jobs", "evidence") for b, _, _ in self._parts(t)]
         return max(numbers, default=0) + 1
 
@@ -275,24 +289,58 @@ class FleetTable:
     ) -> None:
         """Commit one batch: its evidence part, its jobs part, then the commit record."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         if not rows:
             return
+        stamp = {"batch": batch, "schema_version": FLEET_SCHEMA_VERSION}
+        self._commit(
+            batch,
+            pa.Table.from_pylist([{**r, **stamp} for r in rows], schema=arrow_schema(JOB_COLUMNS)),
+            pa.Table.from_pylist(
+                [{**r, **stamp} for r in evidence], schema=arrow_schema(EVIDENCE_COLUMNS)
+            ),
+        )
+
+    def compact(self) -> tuple[int, int, int]:
+        """Merge every committed part into one pair, keeping each job's latest row and its
+        evidence; call it holding :meth:`lock`. Returns (parts merged, job rows kept, rows
+        dropped). Crash-safe: the new commit record names the records it replaces, so readers
+        see either the old parts or the new ones, never both; the old ones are removed after.
+        """
+        import pyarrow as pa
+
+        records = self._live_records()
+        if len(records) < 2:
+            return len(records), len(self.read_jobs(["job_id"])), 0
+        everything = self._read("jobs", JOB_COLUMNS, None)
+        jobs = self.read_jobs()
+        evidence = self.read_evidence()
+        batch = self.next_batch()
+        self._commit(
+            batch,
+            pa.Table.from_pandas(jobs, schema=arrow_schema(JOB_COLUMNS), preserve_index=False),
+            pa.Table.from_pandas(
+                evidence, schema=arrow_schema(EVIDENCE_COLUMNS), preserve_index=False
+            ),
+            replaces=[path.name for path, _ in records],
+        )
+        self.remove_orphans()
+        return len(records), len(jobs), len(everything) - len(jobs)
+
+    def _commit(
+        self, batch: int, jobs: pa.Table, evidence: pa.Table, replaces: list[str] | None = None
+    ) -> None:
+        import pyarrow.parquet as pq
+
         self.path.mkdir(parents=True, exist_ok=True)
         marker = self.path / MARKER
         if not marker.exists():
             _atomic_text(marker, json.dumps({"fleet_schema_version": FLEET_SCHEMA_VERSION}))
         ident = uuid.uuid4().hex[:12]
         part = f"part-{batch:06d}-{ident}.parquet"
-        for table, columns, data in (
-            ("evidence", EVIDENCE_COLUMNS, evidence),
-            ("jobs", JOB_COLUMNS, rows),
-        ):
+        for table, arrow in (("evidence", evidence), ("jobs", jobs)):
             folder = self.path / table
             folder.mkdir(exist_ok=True)
-            stamped = [{**r, "batch": batch, "schema_version": FLEET_SCHEMA_VERSION} for r in data]
-            arrow = pa.Table.from_pylist(stamped, schema=arrow_schema(columns))
             tmp = folder / f".{part}.tmp"
             pq.write_table(arrow, tmp, compression="zstd")
             with open(tmp, "rb") as fh:
@@ -301,14 +349,16 @@ class FleetTable:
             _fsync_dir(folder)
         commits = self.path / "commits"
         commits.mkdir(exist_ok=True)
-        record = {
+        record: dict[str, Any] = {
             "batch": batch,
             "jobs": part,
             "evidence": part,
-            "rows": len(rows),
-            "evidence_rows": len(evidence),
+            "rows": jobs.num_rows,
+            "evidence_rows": evidence.num_rows,
             "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
+        if replaces:
+            record["replaces"] = sorted(replaces)
         _atomic_text(commits / f"{batch:06d}-{ident}.json", json.dumps(record), sync=True)
         _fsync_dir(commits)
 
