@@ -447,3 +447,24 @@ def test_compact_merges_parts_and_survives_a_kill_before_its_cleanup(
     assert rerun.analysed == 0 and table.orphans() == []
     assert len(list((out / "jobs").glob("part-*.parquet"))) == 1
     pd.testing.assert_frame_equal(table.read_jobs(), jobs_before)
+
+
+def test_the_fleet_page_names_each_section_once_and_keeps_causes_apart(tmp_path: Path) -> None:
+    import re as regex
+
+    from crashlens.cli import main
+
+    root, out, page = tmp_path / "jobs", tmp_path / "fleet.parquet", tmp_path / "fleet.html"
+    make_jobs(root, 2 * len(FIXTURE_JOBS))
+    assert main(["triage", str(root), "-o", str(out), "-q"]) == 0
+    assert main(["triage", "summary", str(out), "-f", "html", "-o", str(page)]) == 0
+    html = page.read_text()
+    headings = regex.findall(r"<h2>([^<]*)</h2>", html)
+    assert len(headings) == len(set(headings)), headings
+    legend = regex.findall(r'<span><i style="background:(#[0-9a-f]{6})"></i>([^<]+)</span>', html)
+    colours = [c for c, name in legend if not name.startswith("(")]
+    assert len(colours) > 3 and len(set(colours)) == len(colours)  # no two causes share one
+    no_failure = next(c for c, name in legend if name == "(no failure)")
+    assert no_failure == "#c7c7c7"  # grey, not the alarm colour
+    weeks = regex.findall(r'font-size="10">(\d{4}-\d{2}-\d{2})</text>', html)
+    assert weeks  # the trend's ticks carry the year

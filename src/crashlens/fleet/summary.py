@@ -441,7 +441,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
             ],
         ),
         (
-            "Trend per week",
+            "Jobs per week and cause",
             ["week", "cause", "jobs"],
             [[w["week"], w["cause"], w["jobs"]] for w in s["weeks"]],
         ),
