@@ -468,3 +468,18 @@ def test_the_fleet_page_names_each_section_once_and_keeps_causes_apart(tmp_path:
     assert no_failure == "#c7c7c7"  # grey, not the alarm colour
     weeks = regex.findall(r'font-size="10">(\d{4}-\d{2}-\d{2})</text>', html)
     assert weeks  # the trend's ticks carry the year
+
+
+def test_quiet_means_quiet_on_ray_too(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    root, out = tmp_path / "jobs", tmp_path / "fleet.parquet"
+    make_jobs(root, 2)
+    command = ["triage", str(root), "-o", str(out), "-q", "--engine", "ray", "--workers", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashlens", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""  # Ray's own warnings too (token auth)

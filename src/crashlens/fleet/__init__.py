@@ -172,6 +172,7 @@ def run_triage(
     progress: Progress | None = None,
     reports: str | os.PathLike[str] | None = None,
     path_fields: str | None = None,
+    quiet: bool = False,
 ) -> TriageRun:
     """Triage every job under ``roots`` (or in ``manifest``) into the table at ``output``.
 
@@ -186,7 +187,7 @@ def run_triage(
     from crashlens.fleet.worker import WorkerContext, rules_hash
 
     require("pyarrow", "fsspec", *(["ray"] if engine == "ray" else []))
-    runner = make_engine(engine, workers=workers, address=address)
+    runner = make_engine(engine, workers=workers, address=address, quiet=quiet)
     start = time.perf_counter()
     opts = dict(storage_options or {})
     warnings: list[str] = []

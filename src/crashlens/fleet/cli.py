@@ -191,6 +191,7 @@ def run_command(
             progress=show,
             reports=reports,
             path_fields=path_fields,
+            quiet=quiet,
         )
     except FleetExtraMissingError as exc:
         typer.echo(str(exc), err=True)

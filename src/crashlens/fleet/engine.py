@@ -192,7 +192,9 @@ class RayEngine:
         *,
         chunk: int | None = None,
         max_retries: int = 3,
+        quiet: bool = False,
     ) -> None:
+        self.log_level = logging.ERROR if quiet else logging.WARNING
         self.address = address
         self.workers = workers
         self.chunk = chunk
@@ -206,7 +208,7 @@ class RayEngine:
         if self.address:
             _check_reachable(self.address)
             try:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+                ray.init(address=self.address, log_to_driver=False, logging_level=self.log_level)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise CrashlensError(
                     f"cannot connect to the Ray cluster at {self.address}: "
@@ -219,7 +221,7 @@ class RayEngine:
                 include_dashboard=False,
                 object_store_memory=RAY_OBJECT_STORE_BYTES,
                 log_to_driver=False,
-                logging_level=logging.WARNING,
+                logging_level=self.log_level,
             )
         return True
 
@@ -266,8 +268,10 @@ class RayEngine:
                 ray.shutdown()
 
 
-def make_engine(name: str, *, workers: int | None = None, address: str | None = None) -> Engine:
-    """The engine called ``name`` (``local`` or ``ray``).
+def make_engine(
+    name: str, *, workers: int | None = None, address: str | None = None, quiet: bool = False
+) -> Engine:
+    """The engine called ``name`` (``local`` or ``ray``); ``quiet``: Ray logs errors only.
 
     Raises:
         ValueError: for an unknown engine name.
@@ -275,5 +279,5 @@ def make_engine(name: str, *, workers: int | None = None, address: str | None = 
     if name == "local":
         return LocalEngine(workers)
     if name == "ray":
-        return RayEngine(address, workers)
+        return RayEngine(address, workers, quiet=quiet)
     raise ValueError(f"unknown engine '{name}' (choose from {', '.join(ENGINES)})")
