@@ -196,3 +196,22 @@ def test_a_cut_before_every_other_finding_stays_the_first_failure(tmp_path: Path
     report = analyze([tmp_path])
     assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"
     assert report.first_failure is not None and report.first_failure.file.endswith("rank0.log")
+
+
+def test_a_recognised_error_in_a_terminates_message_is_the_cause(tmp_path: Path) -> None:
+    # verbatim (its line breaks lost as posted): ProcessGroupNCCL takes the process down, and
+    # std::terminate's what() carries the NCCL/IB error
+    case = CORPUS / "tune/tatsu-lab-stanford_alpaca-207/console.log"
+    report = analyze([case])
+    assert report.primary is not None and report.primary.rule_id == "nccl-ib-completion-error"
+    assert "cpp-terminate" in {e.rule_id for e in report.primary.explains}
+    # the same text with its line breaks where ProcessGroupNCCL and libstdc++ print them
+    text = case.read_text()
+    for cut in ("[E ProcessGroupNCCL.cpp:460]", "terminate called", "  what():", "ncclRemoteError:",
+                "Last error:", "NET/IB"):  # fmt: skip
+        text = text.replace(" " + cut.strip(), "\n" + cut, 1)
+    log = tmp_path / "rank3.log"
+    log.write_text(text)
+    assert len(text.splitlines()) == 7
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "nccl-ib-completion-error"

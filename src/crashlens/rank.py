@@ -521,6 +521,13 @@ def _explains(cause: Cause, other: Cause) -> bool:
     if rule.fallback and other.kind == "cause":
         # "An exception nobody recognised" never hides a cause a rule did recognise.
         return False
+    # A failure of class unknown that carries a recognised one in its own message ("terminate
+    # called after throwing ..." and its what(): NCCL error ..., on the same lines) is how the
+    # process died of it, not what caused it: the carried finding explains its carrier.
+    if rule.cls == "unknown" and other.match.rule.cls != "unknown" and _carries(cause, other):
+        return False
+    if other.match.rule.cls == "unknown" and rule.cls != "unknown" and _carries(other, cause):
+        return True
     # A symptom of class unknown only says that a process failed ("exited with code 1", a
     # native backtrace), and a fallback only that an exception escaped: a cause a specific
     # rule recognised explains them.
@@ -534,6 +541,24 @@ def _explains(cause: Cause, other: Cause) -> bool:
         # An inferred time is only a lower bound (the last timestamp printed before the line).
         return True
     return theirs >= mine - CAUSALITY_SLACK_S
+
+
+#: Lines after a failure's first line that still belong to its message (C++ ``what():`` text,
+#: NCCL's "Last error:" line).
+CARRIED_LINES = 4
+
+
+def _carries(carrier: Cause, carried: Cause) -> bool:
+    """Whether every hit of ``carried`` lies in a message of ``carrier``: the same file, on a
+    line of ``carrier`` or within :data:`CARRIED_LINES` after one."""
+    spans = [(h.evidence.file, h.evidence.line) for h in carrier.match.hits]
+    return bool(carried.match.hits) and all(
+        any(
+            f == h.evidence.file and line <= h.evidence.line <= line + CARRIED_LINES
+            for f, line in spans
+        )
+        for h in carried.match.hits
+    )
 
 
 def _inferred_first(m: Match) -> bool:
