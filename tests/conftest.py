@@ -32,3 +32,54 @@ def write(tmp_path: Path):
         return path
 
     return _write
+
+
+# --- the real one-node SLURM cluster (tests/test_slurm.py) ---------------------------------------
+# Started once per session when the machine can run it; the time-limit job (about 80 s) is
+# submitted at the start so that it runs beside the rest of the suite.
+SLURM: dict[str, object] = {}
+
+TIME_LIMIT_JOB = """#!/bin/bash
+#SBATCH -n 2
+#SBATCH --time=1
+#SBATCH -o slurm-%j.out
+srun -o slurm-%j_%t.out {python} -u -c "
+import logging, os, time
+logging.basicConfig(format='%(asctime)s %(levelname)s %(name)s: %(message)s', level=logging.INFO)
+for step in range(100000):
+    logging.getLogger('train').info('step %d loss %.4f', step, 2.0 / (step + 1))
+    time.sleep(1.0)
+"
+"""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    import os
+    import sys
+    import tempfile
+
+    if not any(item.nodeid.startswith("tests/test_slurm.py") for item in session.items):
+        return  # only runs that include the SLURM tests pay for the cluster
+    if os.environ.get("CRASHLENS_SKIP_SLURM"):
+        SLURM["unavailable"] = "CRASHLENS_SKIP_SLURM is set"
+        return
+    import slurm_cluster
+
+    root = Path(tempfile.mkdtemp(prefix="crashlens-slurm-"))
+    try:
+        cluster = slurm_cluster.start(root / "cluster")
+    except slurm_cluster.Unavailable as exc:
+        SLURM["unavailable"] = str(exc)
+        return
+    SLURM["cluster"] = cluster
+    work = root / "time-limit"
+    work.mkdir()
+    (work / "job.sh").write_text(TIME_LIMIT_JOB.format(python=sys.executable))
+    proc = cluster.run("sbatch", "--parsable", str(work / "job.sh"), cwd=work)
+    SLURM["time_limit"] = (proc.stdout.strip(), work) if proc.returncode == 0 else proc.stderr
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    cluster = SLURM.get("cluster")
+    if cluster is not None:
+        cluster.stop()  # type: ignore[attr-defined]

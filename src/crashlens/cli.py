@@ -7,6 +7,7 @@ import difflib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -24,6 +25,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
+from crashlens import slurm
 from crashlens._version import __version__
 from crashlens.api import Progress, input_size
 from crashlens.config import Config, load_config
@@ -39,6 +41,7 @@ from crashlens.rulebase.lint import lint
 from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.ruletest import LINT_VALIDATORS, fixture_files, run_fixture
 from crashlens.session import Session
+from crashlens.slurm import SlurmUnavailable
 from crashlens.termenv import PIPE_WIDTH, Environment
 
 
@@ -152,6 +155,22 @@ def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
     raise typer.Exit(int(code))
 
 
+def _read_slurm(session: Session, value: str) -> None:
+    """Read what SLURM knows of the jobs in ``value``: their output files and its verdict."""
+    jobs = slurm.resolve(slurm.job_ids(value, os.environ))
+    with tempfile.TemporaryDirectory(prefix="crashlens-slurm-") as tmp:
+        candidates = [slurm.record_candidate(job, Path(tmp)) for job in jobs]
+        for job in jobs:
+            files = slurm.job_files(job)
+            if not files:
+                session.notes.append(
+                    f"SLURM job {job.job_id}: no output file found (StdOut={job.stdout}, "
+                    f"WorkDir={job.work_dir})"
+                )
+            candidates += files
+        session.read_candidates(candidates)
+
+
 def _fleet_history(report: Report, table: Path) -> None:
     """Add to the report's notes how many jobs of ``table`` share its primary's signature."""
     from crashlens.fleet import FleetExtraMissingError, history
@@ -172,11 +191,14 @@ def _fleet_history(report: Report, table: Path) -> None:
 @app.command()
 def analyze(
     paths: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
-            metavar="PATH...", help="Log files or directories (walked recursively); - is stdin."
+            metavar="PATH...",
+            help="Log files or directories (walked recursively); - is stdin. Optional with "
+            "--slurm.",
+            show_default=False,
         ),
-    ],
+    ] = None,
     fmts: Annotated[
         list[str] | None,
         typer.Option(
@@ -264,6 +286,15 @@ def analyze(
             "--strict-rules", help="Exit 2 on an invalid rule file instead of leaving it out."
         ),
     ] = False,
+    slurm_jobs: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm",
+            metavar="JOBID",
+            help="Ask SLURM about the job(s) (1234 or 1234,1235; auto: $SLURM_JOB_ID): read "
+            "their output files and add the scheduler's verdict (TIMEOUT, OUT_OF_MEMORY, ...).",
+        ),
+    ] = None,
     fleet_table: Annotated[
         Path | None,
         typer.Option(
@@ -291,6 +322,9 @@ def analyze(
         _fail("only one format can go to stdout; give the others an --output file")
     if fail_on not in SEVERITY_WEIGHT:
         _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
+    paths = list(paths or [])
+    if not paths and slurm_jobs is None:
+        _fail("give at least one PATH (or --slurm JOBID)")
     _refuse_overwriting_inputs(files, paths)
     # A bug is main()'s to report (one line; the traceback with --traceback).
     overrides = parse_skew(skew or [])
@@ -301,7 +335,13 @@ def analyze(
             session = Session.configured(
                 rules or [], config=config, skew=overrides, strict_rules=strict_rules
             )
-            report = session.read_paths(paths, advance).finish()
+            if paths:
+                session.read_paths(paths, advance)
+            if slurm_jobs is not None:
+                _read_slurm(session, slurm_jobs)
+            report = session.finish()
+    except SlurmUnavailable as exc:
+        _fail(str(exc), ExitCode.CANNOT_RUN)
     except CrashlensError as exc:
         _fail(str(exc))
     if fleet_table is not None:

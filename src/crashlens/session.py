@@ -274,7 +274,12 @@ class Session:
         self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None
     ) -> Session:
         """Discover and read every file under ``paths`` (``"-"`` is stdin)."""
-        candidates = list(discover(list(paths)))
+        return self.read_candidates(list(discover(list(paths))), progress)
+
+    def read_candidates(
+        self, candidates: list[Candidate], progress: Progress | None = None
+    ) -> Session:
+        """Read files found by other means (a scheduler's record of a job, a fleet worker)."""
         for read in self.runner.read(self, candidates, progress):
             self.add(read)
         return self
@@ -332,7 +337,7 @@ class Session:
             return None, InputFile(cand.display, 0, "unknown", skipped=cand.skipped)
         is_stdin = cand.display == STDIN
         size = 0 if is_stdin else _size(cand.path)
-        source = attribute(cand.display)
+        source = cand.source or attribute(cand.display)
         try:
             stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
         except NotText as exc:

@@ -72,6 +72,9 @@ class Candidate:
     path: Path
     display: str
     skipped: str | None = None
+    #: Who wrote the file when something other than its path says so (a scheduler's task id
+    #: for a file it named); else :func:`attribute` reads it from ``display``.
+    source: Source | None = None
 
 
 def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Candidate]:

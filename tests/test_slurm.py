@@ -1,0 +1,257 @@
+"""``crashlens analyze --slurm JOBID``: the scheduler's record of a job, parsed, its output files
+found, its verdict diagnosed; on captured records and on a real one-node cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, SLURM
+from crashlens import slurm
+from crashlens.cli import main
+from crashlens.errors import CrashlensError
+
+CAPTURED = FIXTURES / "slurm"
+
+
+def _record(case: str) -> str:
+    return next((CAPTURED / case).glob("slurmctld-job-*.txt")).read_text()
+
+
+# --- parsing what the scheduler prints ----------------------------------------------------------
+
+
+def test_a_captured_scontrol_record_is_read_field_by_field() -> None:
+    (job,) = slurm.parse_scontrol(_record("time-limit-per-task-files"))
+    assert (job.state, job.reason, job.exit_code) == ("TIMEOUT", "TimeLimit", "0:15")
+    assert job.user == "root" and job.num_tasks == 2 and job.nodes == ("vm",)
+    assert job.stdout is not None and job.stdout.endswith("/slurm-3.out")
+    assert job.work_dir is not None and job.record.startswith("JobId=3 ")
+    (cancelled,) = slurm.parse_scontrol(_record("scancel-running"))
+    assert cancelled.state == "CANCELLED"
+
+
+def test_the_multi_line_form_reads_like_the_one_line_form() -> None:
+    one = _record("srun-label-task-fails").strip()
+    fields = one.split(" ")
+    multi = "\n   ".join(" ".join(fields[i : i + 4]) for i in range(0, len(fields), 4))
+    assert slurm.parse_scontrol(multi + "\n\n") == slurm.parse_scontrol(one)
+    # scontrol's per-node detail lines repeat keys: the first value is the job's
+    (job,) = slurm.parse_scontrol(one.replace(" Power=", " Nodes=vm CPU_IDs=0-3 Mem=0 Power="))
+    assert job.nodes == ("vm",)
+
+
+def test_sacct_parsable2_job_lines_not_step_lines() -> None:
+    # sacct -j 48213 --parsable2 --noheader --format=JobID,JobName,User,State,ExitCode,NodeList,
+    # WorkDir,NTasks (sacct(1): "|"-delimited without a trailing "|")
+    text = (
+        "48213|pretrain|alice|CANCELLED by 1000|0:0|node[01-02]|/scratch/alice|\n"
+        "48213.batch|batch||CANCELLED|0:15|node01||1\n"
+        "48213.0|python|alice|CANCELLED|0:15|node[01-02]||16\n"
+    )
+    (job,) = slurm.parse_sacct(text)
+    assert (job.job_id, job.state, job.reason, job.nodes) == (
+        "48213", "CANCELLED", "by 1000", ("node01", "node02"),
+    )  # fmt: skip
+    assert job.source == "sacct" and job.record.startswith("48213|")
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "nodes"),
+    [
+        ("vm", ["vm"]),
+        ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
+        ("gpu[1-2],cpu3", ["gpu1", "gpu2", "cpu3"]),
+        ("rack[1-2]-n[8-9]", ["rack1-n8", "rack1-n9", "rack2-n8", "rack2-n9"]),
+        ("(null)", []),
+    ],
+)
+def test_node_lists_expand(nodelist: str, nodes: list[str]) -> None:
+    assert slurm.expand_nodelist(nodelist) == nodes
+
+
+def test_output_patterns_fill_like_sbatch() -> None:
+    (job,) = slurm.parse_scontrol(_record("time-limit-per-task-files"))
+    fill = slurm.expand_pattern
+    assert fill("out-%x-%j-%u-%N-%t.log", job, task=1, node="vm") == (
+        f"out-{job.name}-3-root-vm-1.log"
+    )
+    assert fill("slurm-%j_%3t.out", job, task=7) == "slurm-3_007.out"
+    assert fill("slurm-%A_%a.out", job) is None  # not an array job: %a is not known
+    assert fill("log-%%j-%j", job) == "log-%j-3"
+
+
+# --- resolving a job, finding its files ---------------------------------------------------------
+
+
+def _fake_commands(tmp_path: Path, case: str, *, sacct: str | None = None) -> dict[str, str]:
+    """A PATH with an ``scontrol`` that prints the captured record (its paths moved to a copy
+    of the fixture), and an ``sacct`` that says accounting is disabled (as without slurmdbd)."""
+    copy = tmp_path / case
+    shutil.copytree(CAPTURED / case, copy)
+    record = _record(case)
+    old = next(f.split("=", 1)[1] for f in record.split() if f.startswith("WorkDir="))
+    (tmp_path / "record.txt").write_text(record.replace(old, str(copy)))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "scontrol": f'cat "{tmp_path}/record.txt"\n',
+        "sacct": sacct or 'echo "Slurm accounting storage is disabled" >&2; exit 1\n',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def test_per_task_files_are_found_from_the_record(tmp_path: Path, monkeypatch) -> None:
+    env = _fake_commands(tmp_path, "time-limit-per-task-files")
+    monkeypatch.setenv("PATH", env["PATH"])
+    (job,) = slurm.resolve(["3"])
+    found = {Path(c.display).name: c for c in slurm.job_files(job)}
+    assert {"slurm-3.out", "slurm-3_0.out", "slurm-3_1.out"} <= set(found)
+
+
+def test_analyze_slurm_gives_the_schedulers_verdict_in_every_format(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("PATH", _fake_commands(tmp_path, "scancel-running")["PATH"])
+    for fmt in ("text", "json", "markdown", "html", "slack", "github", "junit"):
+        out = tmp_path / f"report.{fmt}"
+        assert main(["analyze", "--slurm", "4", "-f", fmt, "-o", str(out), "-q"]) == 1, fmt
+        text = out.read_text()
+        assert "scancel" in text or "cancelled" in text.lower(), fmt
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["causes"][0]["class"] == "scheduler_kill"
+    rules = {data["causes"][0]["rule"], *(e["rule"] for e in data["causes"][0]["explains"])}
+    assert "slurm-state-cancelled" in rules  # the scheduler's own record is evidence
+    shown = {f["path"] for f in data["inputs"]["files"]}
+    assert "scontrol job 4" in shown
+
+
+def test_a_job_the_scheduler_forgot_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    env = _fake_commands(tmp_path, "scancel-running")
+    (tmp_path / "record.txt").write_text("")
+    (tmp_path / "bin" / "scontrol").write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n"
+    )
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert main(["analyze", "--slurm", "77"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "SLURM job 77" in err[0] and "Invalid job id" in err[0]
+    assert "accounting storage is disabled" in err[0]
+
+
+def test_without_the_slurm_commands_it_cannot_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["analyze", "--slurm", "4"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs the SLURM commands" in err[0]
+
+
+def test_auto_takes_the_job_it_runs_in(monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert slurm.job_ids("auto", os.environ) == ["4242"]
+    assert slurm.job_ids("12,13", os.environ) == ["12", "13"]
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    with pytest.raises(CrashlensError, match="not inside a job"):
+        slurm.job_ids("auto", os.environ)
+    with pytest.raises(CrashlensError, match="expected job ids"):
+        slurm.job_ids("12;rm", os.environ)
+
+
+# --- on the real cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if "cluster" not in SLURM:
+        reason = SLURM.get("unavailable", "the SLURM tests' cluster was not started")
+        if os.environ.get("CRASHLENS_REQUIRE_SLURM"):
+            pytest.fail(f"CRASHLENS_REQUIRE_SLURM is set but the cluster cannot run: {reason}")
+        pytest.skip(str(reason))
+    return SLURM["cluster"]
+
+
+def _analyze(cluster, job_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "crashlens", "analyze", "--slurm", job_id, *args]
+    return subprocess.run(command, env=cluster.env(), capture_output=True, text=True, timeout=120)
+
+
+def _submit(cluster, tmp_path: Path, body: str) -> str:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + body.format(python=sys.executable))
+    proc = cluster.run("sbatch", "--parsable", str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_a_failed_task_on_the_real_cluster(cluster, tmp_path: Path) -> None:
+    job = _submit(
+        cluster,
+        tmp_path,
+        "#SBATCH -n 2\n#SBATCH -o slurm-%j.out\n"
+        "srun --label bash -c 'if [ $SLURM_PROCID = 1 ]; then exec {python} -c "
+        '"import json; json.loads(open(\\"/nonexistent/train.jsonl\\").read())"; fi\'\n',
+    )
+    assert cluster.wait_job(job) == "FAILED"
+    proc = _analyze(cluster, job, "-f", "json")
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 1 and data["causes"][0]["class"] == "file_not_found"
+    assert data["first_failure"]["rank"] == 1
+    explained = {e["rule"] for e in data["causes"][0]["explains"]}
+    assert "slurm-state-failed" in explained
+    # the record parses the same from scontrol's multi-line form
+    multi = cluster.run("scontrol", "show", "job", job).stdout
+    one = cluster.run("scontrol", "show", "job", "-o", job).stdout
+    assert slurm.parse_scontrol(multi) == slurm.parse_scontrol(one)
+
+
+def test_scancel_on_the_real_cluster(cluster, tmp_path: Path) -> None:
+    job = _submit(
+        cluster,
+        tmp_path,
+        "#SBATCH -n 1\n#SBATCH -o slurm-%j.out\nsrun --label {python} -u -c "
+        "\"import time\nfor i in range(600): print('step', i, flush=True); time.sleep(1)\"\n",
+    )
+    for _ in range(100):
+        if (tmp_path / f"slurm-{job}.out").is_file() and "step 2" in (
+            tmp_path / f"slurm-{job}.out"
+        ).read_text():
+            break
+        subprocess.run(["sleep", "0.2"], check=True)
+    cluster.run("scancel", job)
+    assert cluster.wait_job(job) == "CANCELLED"
+    proc = _analyze(cluster, job)
+    assert proc.returncode == 1, proc.stderr
+    assert "scheduler_kill" in proc.stdout and "cancelled" in proc.stdout.lower()
+
+
+def test_the_time_limit_job_that_ran_beside_the_suite(cluster) -> None:
+    started = SLURM.get("time_limit")
+    assert isinstance(started, tuple), f"the time-limit job was not submitted: {started}"
+    job, work = started
+    assert cluster.wait_job(job, timeout=240) == "TIMEOUT"
+    for fmt in ("text", "json", "html", "slack"):
+        proc = _analyze(cluster, job, "-f", fmt)
+        assert proc.returncode == 1, (fmt, proc.stderr)
+        assert "TIME LIMIT" in proc.stdout or "time limit" in proc.stdout.lower(), fmt
+    data = json.loads(_analyze(cluster, job, "-f", "json").stdout)
+    top = data["causes"][0]
+    assert top["class"] == "scheduler_kill"
+    rules = {top["rule"], *(e["rule"] for e in top["explains"])}
+    assert {"slurm-time-limit", "slurm-state-timeout"} <= rules
+    files = {Path(f["path"]).name for f in data["inputs"]["files"]}
+    assert {f"slurm-{job}_0.out", f"slurm-{job}_1.out"} <= files
+    assert Path(work).is_dir()
