@@ -418,8 +418,8 @@ def test_help_shows_no_python_type_placeholders(command: list[str]) -> None:
     for placeholder in ("list[", "<bool>", "<str>", "<path>", "<int>", "<float>", "{"):
         assert placeholder not in shown, placeholder
     if command == ["analyze"]:
-        assert "Usage: crashlens analyze [OPTIONS] PATH..." in shown
-        for metavar in ("FORMAT", "FILE", "HOST=OFFSET", "SEVERITY", "URL"):
+        assert "Usage: crashlens analyze [OPTIONS] [PATH...]" in shown  # optional with --slurm
+        for metavar in ("FORMAT", "FILE", "HOST=OFFSET", "SEVERITY", "URL", "JOBID", "TABLE"):
             assert metavar in shown, metavar
 
 

@@ -105,8 +105,8 @@ def test_every_bundled_remediation_degrades_to_sentences() -> None:
     has a paragraph that starts mid-sentence where the fully known rendering does not
     (``rules lint``'s CL103); and the check finds such a template."""
     from crashlens.rulebase import load_rules
-    from crashlens.rulebase.schema import Rule
     from crashlens.ruletest import remediation_fragments
+    from crashlens.ruletypes import Rule
 
     problems = [(r.id, p) for r in load_rules().rules for p in remediation_fragments(r)]
     assert problems == []

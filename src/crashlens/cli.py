@@ -38,8 +38,8 @@ from crashlens.repro.catalog import for_report
 from crashlens.repro.cli import repro_app, run_for_report
 from crashlens.rulebase import RuleSet, default_rules_dir
 from crashlens.rulebase.lint import lint
-from crashlens.rulebase.schema import SEVERITY_WEIGHT
 from crashlens.ruletest import LINT_VALIDATORS, fixture_files, run_fixture
+from crashlens.ruletypes import SEVERITY_WEIGHT
 from crashlens.session import Session
 from crashlens.slurm import SlurmUnavailable
 from crashlens.termenv import PIPE_WIDTH, Environment

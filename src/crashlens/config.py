@@ -29,7 +29,7 @@ from typing import Any
 from crashlens.errors import CrashlensError
 from crashlens.rulebase import default_rules_dir
 from crashlens.rulebase.load import _load_yaml, _strings
-from crashlens.rulebase.schema import RuleSet
+from crashlens.ruletypes import RuleSet
 
 CONFIG_NAME = "crashlens.yaml"
 PYPROJECT = "pyproject.toml"

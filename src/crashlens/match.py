@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from crashlens.facts import VERSION_KEYS, version_tuple
 from crashlens.model import Evidence, Fact, Hit, Match
 from crashlens.rulebase.conditions import satisfies, when_holds
-from crashlens.rulebase.schema import Condition, Rule, RuleSet, VersionSpec
+from crashlens.ruletypes import Condition, Rule, RuleSet, VersionSpec
 
 #: What ``match(..., facts=...)`` accepts: the parsed facts (with their lines), or a plain
 #: ``key -> value`` mapping such as ``Report.environment`` (enough for ``when:``, not for

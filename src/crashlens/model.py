@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from crashlens.provenance import is_user_path, launched_script
 
 if TYPE_CHECKING:
-    from crashlens.rulebase.schema import Rule
+    from crashlens.ruletypes import Rule
 
 SourceKind = Literal["worker", "launcher", "kernel", "scheduler", "errorfile"]
 #: The kinds ingest actually gives files (``launcher`` is reserved: no input is read as one).

@@ -33,7 +33,7 @@ from crashlens.ingest.discover import attribute
 from crashlens.model import Source
 from crashlens.rank import fill
 from crashlens.rulebase.lint import VALIDATORS, Validator
-from crashlens.rulebase.schema import Rule, RuleSet
+from crashlens.ruletypes import Rule, RuleSet
 from crashlens.session import SequentialRunner, Session
 
 DIRECTIVE = "#! "

@@ -49,7 +49,7 @@ from crashlens.parse import (
     file_year,
     scan_block,
 )
-from crashlens.rulebase.schema import Rule, RuleSet
+from crashlens.ruletypes import Rule, RuleSet
 from crashlens.session import Session
 
 #: Most bytes read from one file in one pass while following; a busy file cannot starve the

@@ -15,7 +15,7 @@ from crashlens.parse.index import BlockIndex, index_block
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
-from crashlens.rulebase.schema import RuleSet
+from crashlens.ruletypes import RuleSet
 
 SNIFF_LINES = 200
 

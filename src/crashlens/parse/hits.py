@@ -17,7 +17,7 @@ from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import MAX_EVIDENCE_TEXT, PendingHit, Stream, stamp_setter
 from crashlens.parse.traceback import PartialTraceback
-from crashlens.rulebase.schema import Detector, Rule, RuleSet
+from crashlens.ruletypes import Detector, Rule, RuleSet
 
 CONTEXT = 3
 _LINE_RANK = regex.compile(

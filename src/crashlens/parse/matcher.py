@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from crashlens.parse.scan import TriggerScanner
-from crashlens.rulebase.schema import Detector, Rule, RuleSet
+from crashlens.ruletypes import Detector, Rule, RuleSet
 
 #: Per-pattern regex time limit (seconds): a catastrophic user regex cannot hang a run.
 REGEX_TIMEOUT = 0.25

@@ -18,7 +18,7 @@ from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import Source
 from crashlens.parse.torchrun import SummaryReader
 from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
-from crashlens.rulebase.schema import Detector, Rule
+from crashlens.ruletypes import Detector, Rule
 
 RING = 32
 #: Characters of a line kept as evidence, context or last words (in the ring and in findings).

@@ -45,7 +45,7 @@ from crashlens.parse.state import (
 )
 from crashlens.parse.text import split_glued, strip_ansi
 from crashlens.parse.torchrun import SummaryEntry
-from crashlens.rulebase.schema import RuleSet
+from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
 MAX_FACTS = 200

@@ -1,7 +1,7 @@
 """The rule base: YAML rules that map log evidence onto root-cause classes."""
 
 from crashlens.rulebase.load import default_rules_dir, load_rules, load_version_matrix
-from crashlens.rulebase.schema import (
+from crashlens.ruletypes import (
     Condition,
     Detector,
     FactTest,

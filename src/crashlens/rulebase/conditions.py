@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import regex
 
 from crashlens.facts import version_tuple
-from crashlens.rulebase.schema import VersionEntry, VersionSpec
+from crashlens.ruletypes import VersionEntry, VersionSpec
 
 #: Words that refer to a row of the version matrix instead of spelling a range out.
 MATRIX_WORDS = ("known-problem", "recommended", "outside-recommended")

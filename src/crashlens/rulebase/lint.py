@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from crashlens.model import PRODUCED_SOURCE_KINDS
 from crashlens.rulebase.literals import class_end
-from crashlens.rulebase.schema import Rule, RuleSet
+from crashlens.ruletypes import Rule, RuleSet
 
 Severity = Literal["error", "warning"]
 

@@ -15,7 +15,7 @@ from crashlens.errors import RuleError, RuleErrors
 from crashlens.model import CAUSE_CLASSES
 from crashlens.rulebase.conditions import parse_spec
 from crashlens.rulebase.literals import required_literals
-from crashlens.rulebase.schema import (
+from crashlens.ruletypes import (
     FACT_TESTS,
     FLIGHT_KINDS,
     SEVERITY_WEIGHT,
@@ -218,7 +218,7 @@ def _spec(value: Any, what: str, path: str, node: dict[str, Any]) -> VersionSpec
 
 def load_rule_file(path: Path, *, compile_now: bool = True) -> Rule:
     """Parse and validate one rule file (``compile_now``: its regexes too; else each is
-    compiled when first used, see :class:`~crashlens.rulebase.schema.LazyPattern`).
+    compiled when first used, see :class:`~crashlens.ruletypes.LazyPattern`).
 
     Raises:
         RuleError: naming the file and line of the first problem.
