@@ -53,7 +53,8 @@ def align(
     skew: Mapping[str, float] | None = None,
     sync_fields: Mapping[str, str] | None = None,
 ) -> Timeline:
-    """Merge per-file results into a :class:`Timeline` on one clock.
+    """Merge per-file results into a :class:`Timeline` on one clock; ``results`` are left as
+    they are (the same results aligned twice give the same timeline).
 
     Args:
         results: what each file contributed.
@@ -84,11 +85,18 @@ def align(
             tracebacks.append(tb)
         failures.extend(_shift_failure(f, offsets) for f in res.failures)
         for summary in res.ranks:
+            # a copy: the file's result is the session's, and a timeline is made again from it
             delta = offsets.get(summary.host or "", 0.0)
-            if delta:
-                summary.first_time = _minus(summary.first_time, delta)
-                summary.last_time = _minus(summary.last_time, delta)
-            summaries.append(summary)
+            summaries.append(
+                dataclasses.replace(
+                    summary,
+                    files=set(summary.files),
+                    last_lines=list(summary.last_lines),
+                    pids=set(summary.pids),
+                    first_time=_minus(summary.first_time, delta),
+                    last_time=_minus(summary.last_time, delta),
+                )
+            )
     hits = wall_clock_for_uptime(hits)
     ranks = merge_ranks(summaries, failures)
     rank_map = {key: rank for res in results for key, rank in res.rank_map.items()}
