@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import regex
 import typer
@@ -31,6 +31,7 @@ from crashlens.api import Progress, input_size
 from crashlens.config import Config, load_config
 from crashlens.errors import CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
+from crashlens.live_cli import fail as _fail
 from crashlens.render import FORMATS, render
 from crashlens.render.schema import load_schema
 from crashlens.report import Report
@@ -147,12 +148,6 @@ def parse_skew(values: list[str]) -> dict[str, float]:
         seconds = float(m["num"]) / (1000.0 if m["unit"] == "ms" else 1.0)
         out[m["host"]] = -seconds if m["sign"] == "-" else seconds
     return out
-
-
-def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
-    for line in message.splitlines() or [""]:
-        typer.echo(f"crashlens: error: {line}", err=True)
-    raise typer.Exit(int(code))
 
 
 def _read_slurm(session: Session, value: str) -> None:

@@ -40,9 +40,12 @@ RUN_CONTEXT: dict[str, Any] = {
 }
 
 
-def _fail(message: str, code: int = int(ExitCode.USAGE)) -> NoReturn:
-    typer.echo(f"crashlens: error: {message}", err=True)
-    raise typer.Exit(code)
+def fail(message: str, code: int = int(ExitCode.USAGE)) -> NoReturn:
+    """The one error printer of every command: each line of ``message`` as ``crashlens: error:
+    ...`` on stderr, then the exit status ``code`` (main() turns it into the process's)."""
+    for line in message.splitlines() or [""]:
+        typer.echo(f"crashlens: error: {line}", err=True)
+    raise typer.Exit(int(code))
 
 
 def _warn(message: str) -> None:
@@ -85,14 +88,14 @@ def run_command(
     """
     argv = list(command or [])
     if not argv:
-        _fail("no command given (usage: crashlens run [OPTIONS] -- COMMAND [ARGS]...)")
+        fail("no command given (usage: crashlens run [OPTIONS] -- COMMAND [ARGS]...)")
     formats = list(fmts or [])
     files = list(outputs or [])
     for fmt in formats:
         if fmt not in FORMATS:
-            _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+            fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
     if len(files) != len(formats):
-        _fail("give each --format an --output file (the text diagnosis always goes to stderr)")
+        fail("give each --format an --output file (the text diagnosis always goes to stderr)")
     target = log_dir or default_log_dir()
     try:
         result = run_and_tee(argv, target)
@@ -101,10 +104,10 @@ def run_command(
             # Nothing ran: the capture directory crashlens chose holds nothing worth keeping.
             shutil.rmtree(target, ignore_errors=True)
         if isinstance(exc, FileNotFoundError):
-            _fail(f"command not found: {argv[0]}", 127)
-        _fail(f"cannot run {argv[0]}: {exc.strerror}", 126)
+            fail(f"command not found: {argv[0]}", 127)
+        fail(f"cannot run {argv[0]}: {exc.strerror}", 126)
     except OSError as exc:
-        _fail(f"cannot start {argv[0]} or write {target}: {exc.strerror or exc}")
+        fail(f"cannot start {argv[0]} or write {target}: {exc.strerror or exc}")
     if result.failed:
         try:
             _diagnose(
@@ -213,11 +216,11 @@ def watch_command(
     else 0 (also after Ctrl-C); 2 for bad options.
     """
     if not directory.is_dir():
-        _fail(f"{directory} is not a directory")
+        fail(f"{directory} is not a directory")
     try:
         session = Session.configured(list(rules or []), config=load_config())
     except CrashlensError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     hooks = HookRunner(on_cause, _warn) if on_cause else None
 
     def on_alert(alert: Alert) -> None:

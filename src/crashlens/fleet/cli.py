@@ -32,6 +32,7 @@ from crashlens.fleet import (
     require,
     run_triage,
 )
+from crashlens.live_cli import fail as _fail
 
 
 class _DefaultRun(TyperGroup):
@@ -50,12 +51,6 @@ triage_app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> None:
-    for line in message.splitlines() or [""]:
-        typer.echo(f"crashlens: error: {line}", err=True)
-    raise typer.Exit(int(code))
 
 
 def _need(*modules: str) -> None:
