@@ -135,9 +135,7 @@ def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
             raise CrashlensError(job.listing_error)
         with _LocalCopy(job, ctx) as root:
             session = session_factory(ctx).session()
-            candidates = _candidates(root)
-            for read in session.runner.read(session, candidates, None):
-                session.add(read)
+            session.read_candidates(_candidates(root))
             try:
                 report = session.finish()
             except NoInputError as exc:

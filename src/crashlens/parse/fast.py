@@ -14,16 +14,31 @@ writer's ring is read (:meth:`FastPath.settle`).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from crashlens.ingest.prefixes import strip
+from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.state import RING, Stream
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from crashlens.parse.stream import FileParser
+
+class LineParser(Protocol):
+    """What the fast path needs of its file's parser (:class:`~crashlens.parse.stream.FileParser`
+    is one): the per-line path for the lines it must see, the accounting for the rest. A
+    protocol, so that this module does not import the parser that imports it."""
+
+    lines: int
+    last_lineno: int
+    style: PrefixStyle
+
+    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]: ...
+    def feed_raw(self, raw: bytes, lineno: int) -> None: ...
+    def glance(self, stream: Stream, raw: bytes, lineno: int) -> None: ...
+    def default_stream(self) -> Stream: ...
+    def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
+    def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
 
 
 class _LazyNumpy:
@@ -40,9 +55,9 @@ if not TYPE_CHECKING:
 
 
 class FastPath:
-    """Takes one file's indexed blocks for its :class:`FileParser`."""
+    """Takes one file's indexed blocks for its parser (a :class:`LineParser`)."""
 
-    def __init__(self, parser: FileParser) -> None:
+    def __init__(self, parser: LineParser) -> None:
         self.parser = parser
         self._key_streams: dict[bytes, Stream] = {}
         # The block being taken, for demultiplexed blocks only.
