@@ -135,135 +135,164 @@ def summarize(
     if by not in GROUPINGS:
         raise CrashlensError(f"--by must be one of {', '.join(GROUPINGS)}")
     path = Path(table)
-    con = _connect(path)
     cutoff = parse_since(since, now) if since else None
-    where, params = ("WHERE job_time >= ?", [cutoff]) if cutoff else ("", [])
-    total = _rows(
-        con,
-        f"""SELECT count(*) AS jobs,
-                   count(*) FILTER (WHERE status = 'analysed') AS analysed,
-                   count(*) FILTER (WHERE status = 'error') AS error,
-                   count(*) FILTER (WHERE status = 'empty') AS empty,
-                   count(*) FILTER (WHERE status = 'damaged') AS damaged,
-                   count(*) FILTER (WHERE cause_class IS NOT NULL) AS failed,
-                   count(*) FILTER (WHERE status = 'analysed' AND cause_class IS NULL)
-                       AS healthy
-            FROM jobs {where}""",
-        params,
-    )[0]
-    n = max(1, int(total["jobs"]))
-    causes = _rows(
-        con,
-        f"""SELECT cause, count(*) AS jobs, count(DISTINCT first_host) AS hosts
-            FROM jobs {where} GROUP BY cause ORDER BY jobs DESC, cause""",
-        params,
-    )
-    top_rules = _top(con, "cause", "rule", where, params)
-    for c in causes:
-        c["share"] = round(c["jobs"] / n, 4)
-        c["top_rule"] = top_rules.get(c["cause"])
-    fail = f"{where} {'AND' if where else 'WHERE'} cause_class IS NOT NULL"
-    weeks = _rows(
-        con,
-        f"""SELECT strftime(date_trunc('week', job_time), '%Y-%m-%d') AS week, cause,
-                   count(*) AS jobs
-            FROM jobs {where} {"AND" if where else "WHERE"} job_time IS NOT NULL
-            GROUP BY week, cause ORDER BY week, jobs DESC, cause""",
-        params,
-    )
-    hw = ", ".join(_sql_str(c) for c in HARDWARE_CLASSES)
-    hardware = _rows(
-        con,
-        f"""SELECT cause_class, coalesce(first_host, '(unknown)') AS host, count(*) AS jobs,
-                   strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last_seen
-            FROM jobs {fail} AND cause_class IN ({hw})
-            GROUP BY cause_class, host
-            QUALIFY row_number() OVER (PARTITION BY cause_class ORDER BY count(*) DESC, host)
-                <= {TOP_HOSTS}
-            ORDER BY cause_class, jobs DESC, host""",
-        params,
-    )
-    nodes = _node_blame(con, where, params)
-    versions: list[dict[str, Any]] = []
-    for fact in VERSION_FACTS:
-        versions += _rows(
-            con,
-            f"""SELECT '{fact}' AS fact, {fact} AS version, cause, count(*) AS jobs
-                FROM jobs {where} {"AND" if where else "WHERE"} {fact} IS NOT NULL
-                GROUP BY version, cause ORDER BY version, jobs DESC, cause""",
-            params,
+    q = _Query(_connect(path), cutoff)
+    try:
+        total = q.totals()
+        causes = q.causes(max(1, int(total["jobs"])))
+        signatures = _signatures(q.con, q.where, q.params, cutoff, limit=None)
+        return {
+            "fleet_schema_version": FLEET_SCHEMA_VERSION,
+            "table": str(path),
+            "since": cutoff.isoformat(timespec="seconds") if cutoff else None,
+            "span": q.span(),
+            "totals": {k: int(v) for k, v in total.items()},
+            "by": by,
+            "groups": q.groups(by, causes, signatures),
+            "causes": causes,
+            "weeks": q.weeks(),
+            "signatures": signatures[:TOP_SIGNATURES],
+            "hardware_hosts": q.hardware(),
+            "node_blame": _node_blame(q.con, q.where, q.params),
+            "versions": q.versions(),
+            "errors": q.errors(),
+        }
+    finally:
+        q.con.close()
+
+
+#: The SQL of a grouping (``--by``) over the ``jobs`` view.
+_GROUP_KEYS = {
+    "cause": "cause",
+    "host": "coalesce(first_host, '(unknown)')",
+    "rule": "rule",
+    "signature": "signature",
+    "user": "coalesce(\"user\", '(unknown)')",
+    "queue": "coalesce(queue, '(unknown)')",
+    "week": "coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')",
+}
+
+
+class _Query:
+    """The summary's queries over one table, all restricted to the same ``--since`` window."""
+
+    def __init__(self, con: Any, cutoff: dt.datetime | None) -> None:
+        self.con = con
+        self.where, self.params = ("WHERE job_time >= ?", [cutoff]) if cutoff else ("", [])
+
+    def _and(self, condition: str) -> str:
+        return f"{self.where} {'AND' if self.where else 'WHERE'} {condition}"
+
+    @property
+    def failed(self) -> str:
+        return self._and("cause_class IS NOT NULL")
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        return _rows(self.con, sql, self.params)
+
+    def totals(self) -> dict[str, Any]:
+        return self.rows(
+            f"""SELECT count(*) AS jobs,
+                       count(*) FILTER (WHERE status = 'analysed') AS analysed,
+                       count(*) FILTER (WHERE status = 'error') AS error,
+                       count(*) FILTER (WHERE status = 'empty') AS empty,
+                       count(*) FILTER (WHERE status = 'damaged') AS damaged,
+                       count(*) FILTER (WHERE cause_class IS NOT NULL) AS failed,
+                       count(*) FILTER (WHERE status = 'analysed' AND cause_class IS NULL)
+                           AS healthy
+                FROM jobs {self.where}"""
+        )[0]
+
+    def causes(self, jobs: int) -> list[dict[str, Any]]:
+        causes = self.rows(
+            f"""SELECT cause, count(*) AS jobs, count(DISTINCT first_host) AS hosts
+                FROM jobs {self.where} GROUP BY cause ORDER BY jobs DESC, cause"""
         )
-    key = {
-        "cause": "cause",
-        "host": "coalesce(first_host, '(unknown)')",
-        "rule": "rule",
-        "signature": "signature",
-        "user": "coalesce(\"user\", '(unknown)')",
-        "queue": "coalesce(queue, '(unknown)')",
-    }
-    if by == "week":
-        week = "coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')"
-        groups = _rows(
-            con,
-            f"""SELECT {week} AS "key", count(*) AS jobs, count(cause_class) AS failed
-                FROM jobs {where} GROUP BY "key" ORDER BY "key" """,
-            params,
+        top_rules = _top(self.con, "cause", "rule", self.where, self.params)
+        for c in causes:
+            c["share"] = round(c["jobs"] / jobs, 4)
+            c["top_rule"] = top_rules.get(c["cause"])
+        return causes
+
+    def weeks(self) -> list[dict[str, Any]]:
+        return self.rows(
+            f"""SELECT strftime(date_trunc('week', job_time), '%Y-%m-%d') AS week, cause,
+                       count(*) AS jobs
+                FROM jobs {self._and("job_time IS NOT NULL")}
+                GROUP BY week, cause ORDER BY week, jobs DESC, cause"""
         )
-        tops = _top(con, week, "cause_class", fail, params)
-    elif by == "cause":
-        groups = [{"key": c["cause"], "jobs": c["jobs"], "top_rule": c["top_rule"]} for c in causes]
-        tops = {}
-    else:
-        groups = _rows(
-            con,
-            f"""SELECT {key[by]} AS "key", count(*) AS jobs
-                FROM jobs {fail} GROUP BY "key" ORDER BY jobs DESC, "key" """,
-            params,
+
+    def hardware(self) -> list[dict[str, Any]]:
+        hw = ", ".join(_sql_str(c) for c in HARDWARE_CLASSES)
+        return self.rows(
+            f"""SELECT cause_class, coalesce(first_host, '(unknown)') AS host, count(*) AS jobs,
+                       strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last_seen
+                FROM jobs {self.failed} AND cause_class IN ({hw})
+                GROUP BY cause_class, host
+                QUALIFY row_number() OVER (PARTITION BY cause_class ORDER BY count(*) DESC, host)
+                    <= {TOP_HOSTS}
+                ORDER BY cause_class, jobs DESC, host"""
         )
-        tops = _top(con, key[by], "cause_class", fail, params)
-    signatures = _signatures(con, where, params, cutoff, limit=None)
-    if by == "signature":
-        groups = [
-            {"key": g["signature"], "jobs": g["jobs"], "top_cause": g["cause"], "text": g["text"]}
-            for g in signatures
-        ]
-    signatures = signatures[:TOP_SIGNATURES]
-    for g in groups:
-        if by not in ("cause", "signature"):
+
+    def versions(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for fact in VERSION_FACTS:
+            out += self.rows(
+                f"""SELECT '{fact}' AS fact, {fact} AS version, cause, count(*) AS jobs
+                    FROM jobs {self._and(f"{fact} IS NOT NULL")}
+                    GROUP BY version, cause ORDER BY version, jobs DESC, cause"""
+            )
+        return out
+
+    def groups(
+        self, by: str, causes: list[dict[str, Any]], signatures: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The ``--by`` table: failed jobs per key and their top cause (all jobs per week)."""
+        if by == "cause":
+            return [
+                {"key": c["cause"], "jobs": c["jobs"], "top_rule": c["top_rule"]} for c in causes
+            ]
+        if by == "signature":
+            return [
+                {
+                    "key": g["signature"],
+                    "jobs": g["jobs"],
+                    "top_cause": g["cause"],
+                    "text": g["text"],
+                }
+                for g in signatures
+            ]
+        key = _GROUP_KEYS[by]
+        if by == "week":
+            groups = self.rows(
+                f"""SELECT {key} AS "key", count(*) AS jobs, count(cause_class) AS failed
+                    FROM jobs {self.where} GROUP BY "key" ORDER BY "key" """
+            )
+        else:
+            groups = self.rows(
+                f"""SELECT {key} AS "key", count(*) AS jobs
+                    FROM jobs {self.failed} GROUP BY "key" ORDER BY jobs DESC, "key" """
+            )
+        tops = _top(self.con, key, "cause_class", self.failed, self.params)
+        for g in groups:
             g["top_cause"] = tops.get(g["key"])
-    errors = [
-        {"job_id": r["job_id"], "status": r["status"], "error": _why(r)}
-        for r in _rows(
-            con,
-            f"""SELECT job_id, status, error, notes, skipped_files FROM jobs
-                {where} {"AND" if where else "WHERE"} status IN ('error', 'damaged')
-                ORDER BY job_id LIMIT 50""",
-            params,
-        )
-    ]
-    span = _rows(
-        con,
-        f"""SELECT strftime(min(job_time), '%Y-%m-%dT%H:%M:%S') AS first,
-                   strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last FROM jobs {where}""",
-        params,
-    )[0]
-    con.close()
-    return {
-        "fleet_schema_version": FLEET_SCHEMA_VERSION,
-        "table": str(path),
-        "since": cutoff.isoformat(timespec="seconds") if cutoff else None,
-        "span": span,
-        "totals": {k: int(v) for k, v in total.items()},
-        "by": by,
-        "groups": groups,
-        "causes": causes,
-        "weeks": weeks,
-        "signatures": signatures,
-        "hardware_hosts": hardware,
-        "node_blame": nodes,
-        "versions": versions,
-        "errors": errors,
-    }
+        return groups
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [
+            {"job_id": r["job_id"], "status": r["status"], "error": _why(r)}
+            for r in self.rows(
+                f"""SELECT job_id, status, error, notes, skipped_files FROM jobs
+                    {self._and("status IN ('error', 'damaged')")} ORDER BY job_id LIMIT 50"""
+            )
+        ]
+
+    def span(self) -> dict[str, Any]:
+        return self.rows(
+            f"""SELECT strftime(min(job_time), '%Y-%m-%dT%H:%M:%S') AS first,
+                       strftime(max(job_time), '%Y-%m-%dT%H:%M:%S') AS last
+                FROM jobs {self.where}"""
+        )[0]
 
 
 def _signatures(
