@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from importlib import resources
@@ -11,6 +13,7 @@ from typing import Any
 import regex
 import yaml
 
+from crashlens._version import __version__
 from crashlens.errors import RuleError, RuleErrors
 from crashlens.model import CAUSE_CLASSES
 from crashlens.rulebase.conditions import parse_spec
@@ -122,11 +125,16 @@ def load_rules(
     for directory in [*bundled, *(dirs or [])]:
         here: dict[str, Rule] = {}
         user = not any(directory is b for b in bundled)
-        for path in rule_files(Path(directory)):
+        files = rule_files(Path(directory))
+        parsed = None if user else _cached_bundle(Path(directory), files)
+        for path in files:
             try:
                 # The bundled rules' regexes are compiled by the test suite, and here only
                 # when a line needs them; a user's are checked as they load.
-                rule = load_rule_file(path, compile_now=user)
+                if parsed is not None and os.fspath(path) in parsed:
+                    rule = build_rule(parsed[os.fspath(path)], os.fspath(path), compile_now=False)
+                else:
+                    rule = load_rule_file(path, compile_now=user)
             except RuleError as exc:
                 if user and not strict:
                     skipped.append(str(exc))
@@ -214,6 +222,63 @@ def _spec(value: Any, what: str, path: str, node: dict[str, Any]) -> VersionSpec
         return parse_spec(str(value))
     except ValueError as exc:
         raise _fail(f"'{what}': {exc}", path, node) from None
+
+
+def cache_dir() -> Path | None:
+    """Where parsed bundled rules are cached: ``$CRASHLENS_CACHE_DIR`` (empty or ``off``: no
+    cache), else ``$XDG_CACHE_HOME/crashlens``, else ``~/.cache/crashlens``."""
+    given = os.environ.get("CRASHLENS_CACHE_DIR")
+    if given is not None:
+        return None if given.strip() in ("", "off") else Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "crashlens"
+
+
+def _cached_bundle(directory: Path, files: list[Path]) -> dict[str, Any] | None:
+    """The bundled rule files parsed (path -> mapping), from the cache when it holds exactly
+    these files' contents for this crashlens version, else parsed now and cached.
+
+    The cache is plain JSON of the YAML documents (never pickled objects), keyed by a digest of
+    the version and every file's name and bytes, so a changed, added or removed rule file is a
+    miss; a cache that cannot be read or written is ignored (the files are parsed as always).
+    None: no cache directory, or a file the cache cannot hold.
+    """
+    where = cache_dir()
+    if where is None:
+        return None
+    digest = hashlib.sha256(__version__.encode())
+    names: dict[str, str] = {}  # the file's name in the bundle -> its path here
+    try:
+        for path in files:
+            rel = path.relative_to(directory).as_posix()
+            names[rel] = os.fspath(path)
+            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    except (OSError, ValueError):
+        return None
+    cache = where / f"rules-{digest.hexdigest()[:24]}.json"
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if isinstance(cached, dict) and set(cached) == set(names):
+            return {names[rel]: data for rel, data in cached.items()}
+    except (OSError, ValueError):
+        pass
+    parsed: dict[str, Any] = {}
+    for rel, shown in names.items():
+        try:
+            data = _load_yaml(Path(shown), "rule file")
+        except RuleError:
+            return None  # load_rule_file reports it, with its line
+        if not isinstance(data, dict):
+            return None
+        parsed[rel] = data
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(parsed), encoding="utf-8")
+        os.replace(tmp, cache)
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only home: parse every time
+    return {names[rel]: data for rel, data in parsed.items()}
 
 
 def load_rule_file(path: Path, *, compile_now: bool = True) -> Rule:
