@@ -25,7 +25,6 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from crashlens import slurm
 from crashlens._version import __version__
 from crashlens.api import Progress, input_size
 from crashlens.config import Config, load_config
@@ -42,7 +41,6 @@ from crashlens.rulebase.lint import lint
 from crashlens.ruletest import LINT_VALIDATORS, fixture_files, run_fixture
 from crashlens.ruletypes import SEVERITY_WEIGHT
 from crashlens.session import Session
-from crashlens.slurm import SlurmUnavailable
 from crashlens.termenv import PIPE_WIDTH, Environment
 
 
@@ -150,8 +148,17 @@ def parse_skew(values: list[str]) -> dict[str, float]:
     return out
 
 
+def _is_unavailable(exc: CrashlensError) -> bool:
+    """Whether ``exc`` says this machine cannot do what was asked (exit 3, not 2)."""
+    from crashlens.slurm import SlurmUnavailable
+
+    return isinstance(exc, SlurmUnavailable)
+
+
 def _read_slurm(session: Session, value: str) -> None:
     """Read what SLURM knows of the jobs in ``value``: their output files and its verdict."""
+    from crashlens import slurm  # only a --slurm run pays for it
+
     jobs = slurm.resolve(slurm.job_ids(value, os.environ))
     with tempfile.TemporaryDirectory(prefix="crashlens-slurm-") as tmp:
         candidates = [slurm.record_candidate(job, Path(tmp)) for job in jobs]
@@ -335,10 +342,8 @@ def analyze(
             if slurm_jobs is not None:
                 _read_slurm(session, slurm_jobs)
             report = session.finish()
-    except SlurmUnavailable as exc:
-        _fail(str(exc), ExitCode.CANNOT_RUN)
     except CrashlensError as exc:
-        _fail(str(exc))
+        _fail(str(exc), ExitCode.CANNOT_RUN if _is_unavailable(exc) else ExitCode.USAGE)
     if fleet_table is not None:
         _fleet_history(report, fleet_table)
     if not quiet:
