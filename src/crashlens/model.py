@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -544,6 +545,22 @@ class FirstFailure:
     time_inferred: bool = False
     #: The innermost frame of the user's code in the failing traceback, when one was printed.
     frame: Frame | None = None
+
+    def subject(self, escape: Callable[[str], str] = str) -> str:
+        """Who failed first, as every format says it: ``rank 5 on node-02``, ``the process``
+        (``escape`` makes the host safe for the format)."""
+        who = f"rank {self.rank}" if self.rank is not None else "the process"
+        return f"{who} on {escape(self.host)}" if self.host else who
+
+    @property
+    def verb(self) -> str:
+        """``failed first``, or for a hang ``stopped making progress first (hang)``."""
+        return "stopped making progress first (hang)" if self.kind == "hang" else "failed first"
+
+    @property
+    def kind_note(self) -> str:
+        """After a "First failure:" label, what the label does not say: `` (hang)`` or nothing."""
+        return " (hang)" if self.kind == "hang" else ""
 
 
 @dataclass(slots=True)

@@ -79,8 +79,7 @@ class Report:
         where = ""
         ff = self.first_failure
         if ff is not None and ff.rank is not None:
-            host = f" on {ff.host}" if ff.host else ""
-            where = f" — rank {ff.rank}{host} failed first"
+            where = f" — {ff.subject()} {ff.verb}"
         elif top.match.ranks:
             where = f" — rank {top.match.ranks[0]}"
         symptoms = sum(e.count for e in top.explains)
@@ -113,11 +112,8 @@ class Report:
         ff, top = self.first_failure, self.primary
         if ff is None or top is None:
             return self.verdict
-        who = f"rank {ff.rank}" if ff.rank is not None else "the process"
-        host = f" on {ff.host}" if ff.host else ""
         when = f" at {iso(ff.time)}" if ff.time is not None else ""
-        verb = "stopped making progress first (hang)" if ff.kind == "hang" else "failed first"
-        text = f"{who}{host} {verb} ({top.match.rule.title}{when})"
+        text = f"{ff.subject()} {ff.verb} ({top.match.rule.title}{when})"
         parts = [
             f"{plural(len(c['ranks']), 'rank')} then showed {c['class']} "
             f"({plural(c['events'], 'event')})"

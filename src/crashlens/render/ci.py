@@ -132,10 +132,10 @@ def render_junit(report: Report, **_: Any) -> str:
         _testcase(suite, cause)
     if report.first_failure is not None:
         ff = report.first_failure
-        who = "the process" if ff.rank is None else f"rank {ff.rank}"
         out = ET.SubElement(suite, "system-out")
         out.text = xml_safe(
-            f"{report.verdict}\nFirst failure: {who} ({location(ff.file, ff.line)}): {ff.text}"
+            f"{report.verdict}\nFirst failure: {ff.subject()}{ff.kind_note} "
+            f"({location(ff.file, ff.line)}): {ff.text}"
         )
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

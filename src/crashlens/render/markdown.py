@@ -74,12 +74,11 @@ def _first_failure(report: Report) -> list[str]:
     ff = report.first_failure
     if ff is None:
         return []
-    who = "the process" if ff.rank is None else f"rank {ff.rank}"
-    host = f" on {md_text(ff.host)}" if ff.host else ""
     when = f" at {iso(ff.time)}" if ff.time is not None else ""
     frame = f" (in your code: {inline_code(str(ff.frame))})" if ff.frame is not None else ""
+    where = inline_code(location(ff.file, ff.line))
     return [
-        f"**First failure:** {who}{host}{when} — {inline_code(location(ff.file, ff.line))}{frame}",
+        f"**First failure:** {ff.subject(md_text)}{ff.kind_note}{when} — {where}{frame}",
         fence([ff.text]),
     ]
 

@@ -139,11 +139,11 @@ def _first_failure(report: Report) -> list[dict[str, Any]]:
     ff = report.first_failure
     if ff is None:
         return []
-    who = "the process" if ff.rank is None else f"rank {ff.rank}"
-    host = f" on {slack_escape(ff.host)}" if ff.host else ""
     when = f" at {iso(ff.time)}" if ff.time is not None else ""
     where = slack_escape(location(ff.file, ff.line)).replace("`", "'")
-    return [_section(f"*First failure:* {who}{host}{when} (`{where}`)")]
+    return [
+        _section(f"*First failure:* {ff.subject(slack_escape)}{ff.kind_note}{when} (`{where}`)")
+    ]
 
 
 def _context(report: Report) -> dict[str, Any]:

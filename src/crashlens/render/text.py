@@ -280,12 +280,11 @@ class _Marks:
 
 
 def _first_failure(ff: FirstFailure, marks: _Marks, *, verbose: bool) -> list[Row]:
-    who = f"Rank {ff.rank}" if ff.rank is not None else "The process"
-    host = f" on {ff.host}" if ff.host else ""
+    subject = ff.subject()
     when = marks.when(ff.time, ff.time_inferred)
     at = f" at {when}" if when else ""
-    verb = " stopped first (hang)" if ff.kind == "hang" else " failed first"
-    rows = [Row(_text(f"{at} ({location(ff.file, ff.line)})"), Text(f"{who}{host}{verb}", "bold"))]
+    head = f"{subject[0].upper()}{subject[1:]} {ff.verb}"
+    rows = [Row(_text(f"{at} ({location(ff.file, ff.line)})"), Text(head, "bold"))]
     if ff.frame is not None:
         rows.append(Row(_text(str(ff.frame)), Text("in your code: ", "dim"), indent=2))
         if ff.frame.code:
