@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crashlens import analyze
-from crashlens.rank import fill
+from crashlens.remediation import fill
 
 HANGS = Path(__file__).parent / "captures" / "hangs"
 
@@ -44,7 +44,7 @@ def test_a_store_wait_timeout_is_a_symptom_not_the_users_bug() -> None:
     [("1800000", "30 minutes", "60"), ("600000", "10 minutes", "20"), ("4500", "4500 ms", "1")],
 )
 def test_a_logged_timeout_in_words(ms: str, words: str, double_min: str) -> None:
-    from crashlens.rank import _derived
+    from crashlens.remediation import _derived
 
     values = _derived({"timeout_ms": ms})
     assert values["timeout"] == words

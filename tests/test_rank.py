@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crashlens.rank import fill
+from crashlens.remediation import fill
 
 
 def test_fill_drops_asides_with_unknown_values_and_marks_other_unknowns() -> None:

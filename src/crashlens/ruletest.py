@@ -31,7 +31,7 @@ import yaml
 from crashlens.errors import RuleError
 from crashlens.ingest.discover import attribute
 from crashlens.model import Source
-from crashlens.rank import fill
+from crashlens.remediation import fill
 from crashlens.rulebase.lint import VALIDATORS, Validator
 from crashlens.ruletypes import Rule, RuleSet
 from crashlens.session import SequentialRunner, Session

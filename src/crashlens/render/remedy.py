@@ -1,10 +1,10 @@
 """Rule remediation, which is Markdown, for each format: HTML, plain text and Slack mrkdwn.
 
-The rank stage fills a remediation's placeholders so that every value taken from the logs is
-plain text or a code span (``crashlens.rank.md_value``): whatever markup the Markdown holds is
-the rule author's. It is still parsed strictly here: CommonMark with raw HTML off (a tag is
-shown as text), no images, and a link only when its target is an http(s) URL; any other
-link is shown as its text.
+The rank stage fills a remediation's placeholders so that every value taken from the
+logs is plain text or a code span (``crashlens.remediation.md_value``): whatever markup the
+Markdown holds is the rule author's. It is still parsed strictly here: CommonMark with raw
+HTML off (a tag is shown as text), no images, and a link only when its target is an http(s)
+URL; any other link is shown as its text.
 """
 
 from __future__ import annotations
