@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ from crashlens.session import SequentialRunner, Session
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+
+# Hermetic runs: no parse cache of the bundled rules in the user's home (tests/test_rules_cache.py
+# points it at a directory of its own).
+os.environ.setdefault("CRASHLENS_CACHE_DIR", "off")
 
 
 def parse_file(path: Path, year: int) -> FileResult:
