@@ -233,9 +233,10 @@ def test_scancel_on_the_real_cluster(cluster, tmp_path: Path) -> None:
         subprocess.run(["sleep", "0.2"], check=True)
     cluster.run("scancel", job)
     assert cluster.wait_job(job) == "CANCELLED"
-    proc = _analyze(cluster, job)
-    assert proc.returncode == 1, proc.stderr
-    assert "scheduler_kill" in proc.stdout and "cancelled" in proc.stdout.lower()
+    for fmt in ("text", "json", "markdown", "html", "slack", "github", "junit"):
+        proc = _analyze(cluster, job, "-f", fmt)
+        assert proc.returncode == 1, (fmt, proc.stderr)
+        assert "scheduler_kill" in proc.stdout and "cancel" in proc.stdout.lower(), fmt
 
 
 def test_the_time_limit_job_that_ran_beside_the_suite(cluster) -> None:
@@ -243,7 +244,7 @@ def test_the_time_limit_job_that_ran_beside_the_suite(cluster) -> None:
     assert isinstance(started, tuple), f"the time-limit job was not submitted: {started}"
     job, work = started
     assert cluster.wait_job(job, timeout=240) == "TIMEOUT"
-    for fmt in ("text", "json", "html", "slack"):
+    for fmt in ("text", "json", "markdown", "html", "slack", "github", "junit"):
         proc = _analyze(cluster, job, "-f", fmt)
         assert proc.returncode == 1, (fmt, proc.stderr)
         assert "TIME LIMIT" in proc.stdout or "time limit" in proc.stdout.lower(), fmt
