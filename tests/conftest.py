@@ -19,6 +19,18 @@ FIXTURES = ROOT / "fixtures"
 os.environ.setdefault("CRASHLENS_CACHE_DIR", "off")
 
 
+#: A user rule whose regex backtracks catastrophically on a line of "a"s (the detector time limit).
+EVIL_RULE = """id: evil-backtrack
+title: Catastrophic user regex
+class: unknown
+severity: low
+detectors:
+  evil:
+    regex: '^(a|aa)+$'
+    contains: ['aaaa']
+"""
+
+
 def parse_file(path: Path, year: int) -> FileResult:
     """One log file parsed line by line with the bundled rules (a session's ``parse_lines``)."""
     session = Session(load_rules(), runner=SequentialRunner())

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import EVIL_RULE
 from fleet_support import FIXTURE_JOBS, make_jobs
 
 MISSING = [m for m in ("pyarrow", "fsspec", "duckdb") if importlib.util.find_spec(m) is None]
@@ -175,17 +176,6 @@ def test_linked_job_directories_are_followed_and_loops_are_not(tmp_path: Path) -
     assert again.analysed == 1 and pd.isna(
         again.jobs.set_index("job_id").loc["job-77", "cause_class"]
     )
-
-
-EVIL_RULE = """id: evil-backtrack
-title: Catastrophic user regex
-class: unknown
-severity: low
-detectors:
-  evil:
-    regex: '^(a|aa)+$'
-    contains: ['aaaa']
-"""
 
 
 def test_a_detector_that_times_out_in_one_job_still_runs_in_the_next(tmp_path: Path) -> None:

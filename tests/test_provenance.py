@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.model import ExceptionInfo, Frame, exception_origin
 from crashlens.provenance import launched_script, provenance
@@ -186,12 +187,21 @@ def test_a_cut_before_every_other_finding_stays_the_first_failure(tmp_path: Path
     # rank 0 is killed while printing its traceback; rank 1's watchdog fires half an hour later
     fixture = Path(__file__).parents[1] / "rules/process/traceback-cut-off/positive.log"
     cut = [x for x in fixture.read_text().splitlines(True) if x[0] != "#"]
-    (tmp_path / "rank0.log").write_text("2024-05-01 10:00:00,000 - INFO - step 10\n" + "".join(cut))
+    (tmp_path / "rank0.log").write_text("2026-05-01 10:00:00,000 - INFO - step 10\n" + "".join(cut))
+    # rank 1's watchdog line as ProcessGroupNCCL prints it (fixtures/gpu/xid_illegal_access),
+    # half an hour after rank 0's last line
+    cascade = FIXTURES / "gpu/xid_illegal_access"
+    watchdog = next(
+        line
+        for f in sorted(cascade.rglob("*.log"))
+        for line in f.read_text().splitlines()
+        if line.startswith("[rank1]:[E") and "] [Rank 1] Watchdog caught collective" in line
+    )
+    stamp = watchdog.split()[1]  # the glog time, e.g. 03:24:00.432409297
     (tmp_path / "rank1.log").write_text(
-        "2024-05-01 10:00:00,000 - INFO - step 10\n"
-        "2024-05-01 10:30:05,000 - ERROR - [E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog caught"
-        " collective operation timeout: WorkNCCL(SeqNum=21, OpType=ALLREDUCE, NumelIn=1,"
-        " NumelOut=1, Timeout(ms)=1800000) ran for 1800089 milliseconds before timing out.\n"
+        "2026-05-01 10:00:00,000 - INFO - step 10\n"
+        + watchdog.replace("[E501 " + stamp, "[E501 10:30:05.432409297", 1)
+        + "\n"
     )
     report = analyze([tmp_path])
     assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"

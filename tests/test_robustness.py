@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 
 import crashlens.api
 import crashlens.ingest.read
+from conftest import EVIL_RULE
 from crashlens import analyze
 from crashlens.cli import app
 from crashlens.errors import NoInputError, RuleError
@@ -795,19 +796,8 @@ def test_a_bad_rule_file_is_one_line_and_exit_2_on_the_cli(tmp_path: Path) -> No
         assert "RecursionError" not in result.output and "MemoryError" not in result.output
 
 
-_EVIL_RULE = """id: evil-backtrack
-title: Catastrophic backtracking
-class: unknown
-severity: low
-detectors:
-  evil:
-    regex: '^(a|aa)+$'
-    contains: ['aaaa']
-"""
-
-
 def _evil_job(tmp_path: Path, lines: int) -> tuple[Path, Path]:
-    rules_dir = _rule_dir(tmp_path, _EVIL_RULE, "evil.yaml")
+    rules_dir = _rule_dir(tmp_path, EVIL_RULE, "evil.yaml")
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "rank_0.log").write_text(("a" * 3000 + "b\n") * lines + GOOD)

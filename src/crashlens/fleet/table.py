@@ -313,7 +313,7 @@ class FleetTable:
         if len(records) < 2:
             return len(records), len(self.read_jobs(["job_id"])), 0
         everything = self._read("jobs", JOB_COLUMNS, None)
-        jobs = self.read_jobs()
+        jobs = _latest(everything, ("job_id",))
         evidence = self.read_evidence()
         batch = self.next_batch()
         self._commit(
