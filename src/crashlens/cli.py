@@ -28,7 +28,7 @@ from rich.progress import Progress as RichProgress
 from crashlens._version import __version__
 from crashlens.api import Progress, input_size
 from crashlens.config import Config, load_config
-from crashlens.errors import CrashlensError, ExitCode
+from crashlens.errors import CannotRunError, CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.live_cli import fail as _fail
 from crashlens.render import FORMATS, render
@@ -146,13 +146,6 @@ def parse_skew(values: list[str]) -> dict[str, float]:
         seconds = float(m["num"]) / (1000.0 if m["unit"] == "ms" else 1.0)
         out[m["host"]] = -seconds if m["sign"] == "-" else seconds
     return out
-
-
-def _is_unavailable(exc: CrashlensError) -> bool:
-    """Whether ``exc`` says this machine cannot do what was asked (exit 3, not 2)."""
-    from crashlens.slurm import SlurmUnavailable
-
-    return isinstance(exc, SlurmUnavailable)
 
 
 def _read_slurm(session: Session, value: str) -> None:
@@ -342,8 +335,10 @@ def analyze(
             if slurm_jobs is not None:
                 _read_slurm(session, slurm_jobs)
             report = session.finish()
+    except CannotRunError as exc:
+        _fail(str(exc), ExitCode.CANNOT_RUN)
     except CrashlensError as exc:
-        _fail(str(exc), ExitCode.CANNOT_RUN if _is_unavailable(exc) else ExitCode.USAGE)
+        _fail(str(exc))
     if fleet_table is not None:
         _fleet_history(report, fleet_table)
     if not quiet:

@@ -31,6 +31,10 @@ class CrashlensError(Exception):
         return f"{where}: {self.message}"
 
 
+class CannotRunError(CrashlensError):
+    """This machine cannot do what was asked (a command or an extra is missing): exit 3."""
+
+
 class RuleError(CrashlensError):
     """A rule file that cannot be loaded; names the file and the line."""
 

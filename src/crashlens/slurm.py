@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crashlens.errors import CrashlensError
+from crashlens.errors import CannotRunError, CrashlensError
 from crashlens.ingest.discover import NOT_LOG_SUFFIXES, Candidate
 from crashlens.model import Source
 
@@ -37,7 +37,7 @@ TIMEOUT_S = 30.0
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-class SlurmUnavailable(CrashlensError):
+class SlurmUnavailable(CannotRunError):
     """The SLURM commands are not on this machine."""
 
 
