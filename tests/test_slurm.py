@@ -152,6 +152,25 @@ def test_a_job_the_scheduler_forgot_is_one_line(tmp_path: Path, monkeypatch, cap
     assert "accounting storage is disabled" in err[0]
 
 
+def test_a_scheduler_that_cannot_be_reached_is_not_an_unknown_job(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    env = _fake_commands(tmp_path, "scancel-running")
+    # what scontrol 22.05 prints on a machine with no slurm.conf and no DNS SRV record
+    failure = (
+        "#!/bin/sh\necho 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown"
+        " host' >&2\necho 'scontrol: fatal: Could not establish a configuration source' >&2\n"
+        "exit 1\n"
+    )
+    (tmp_path / "bin" / "scontrol").write_text(failure)
+    (tmp_path / "bin" / "sacct").write_text(failure.replace("scontrol", "sacct"))
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert main(["analyze", "--slurm", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot ask the scheduler" in err[0] and "SLURM_CONF" in err[0]
+    assert "does not know it" not in err[0]
+
+
 def test_without_the_slurm_commands_it_cannot_run(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["analyze", "--slurm", "4"]) == 3

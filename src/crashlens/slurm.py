@@ -311,6 +311,11 @@ def resolve(
             found = parse_sacct(proc.stdout) if proc.returncode == 0 else []
             accounting = " ".join(((proc.stderr or "") + " " + (proc.stdout or "")).split())
             why = "; ".join(x for x in (why, accounting) if x)
+        if not found and _unreachable(why):
+            raise CrashlensError(
+                f"SLURM job {job_id}: cannot ask the scheduler ({why}); run this where the "
+                "SLURM commands work (a login node), or set SLURM_CONF"
+            )
         if not found:
             raise CrashlensError(
                 f"SLURM job {job_id}: the scheduler does not know it"
@@ -320,6 +325,15 @@ def resolve(
             )
         out.extend(found)
     return out
+
+
+def _unreachable(why: str) -> bool:
+    """Whether the commands failed to reach slurmctld at all (no configuration, no controller),
+    rather than answering that the job is unknown."""
+    lowered = why.lower()
+    return "invalid job id" not in lowered and (
+        "fatal:" in lowered or "unable to contact slurm controller" in lowered
+    )
 
 
 def _run(
