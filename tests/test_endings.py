@@ -67,3 +67,17 @@ def test_rank_n_in_a_combined_console_gives_that_line_its_rank(tmp_path: Path) -
     hits = [h for c in report.causes for h in c.match.hits]
     assert {h.evidence.rank for h in hits} == {0, 2, 3}
     assert all(str(h.evidence.rank) in h.evidence.text for h in hits)
+
+
+def test_warnings_a_cause_needs_are_not_where_the_process_ended(tmp_path: Path) -> None:
+    # fairseq#512 verbatim (the rule's fixture): twelve "overflow detected" warnings, then the
+    # log ends inside a traceback. The cause needs both; the process ended at the traceback.
+    fixture = Path(__file__).parents[1] / "rules/numerics/fp16-overflow-until-cut/positive.log"
+    lines = [x for x in fixture.read_text().splitlines(True) if not x.startswith("#! ")]
+    log = tmp_path / "console.log"
+    log.write_text("".join(lines))
+    report = analyze([log])
+    assert report.causes[0].rule_id == "fp16-overflow-until-cut"
+    first = report.first_failure
+    assert first is not None
+    assert lines[first.line - 1].startswith("Traceback (most recent call last)")

@@ -106,9 +106,19 @@ def _consistent(first: FirstFailure, primary: Cause) -> FirstFailure:
     return _own_ending(first, primary)
 
 
+def _endings(m: Match) -> list[Hit]:
+    """The hits of ``m`` that can be where a process ended.
+
+    A line known to have ended its process (an uncaught traceback, a kill) is the ending when
+    the finding has one: the warnings a rule needs beside it (a loss-scale cascade before the
+    crash) were printed while the process still ran. Else every hit not known to be handled.
+    """
+    return [h for h in m.hits if h.fatal] or [h for h in m.hits if h.fatal is None]
+
+
 def _own_ending(first: FirstFailure, primary: Cause) -> FirstFailure:
     """The primary cause's own earliest ending (``first`` when it has none)."""
-    hits = [h for h in primary.match.hits if h.fatal is not False]
+    hits = _endings(primary.match)
     pick = _earliest(h.evidence for h in hits)
     if pick is None:
         return first
@@ -383,9 +393,7 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
     Handled tracebacks never count. Launcher reports (``ChildFailedError``) are the last
     resort: their "first observed failure" is only what one node's agent noticed first.
     """
-    cause_hits = [
-        h for m in matches if m.rule.kind == "cause" for h in m.hits if h.fatal is not False
-    ]
+    cause_hits = [h for m in matches if m.rule.kind == "cause" for h in _endings(m)]
     pick = _earliest(h.evidence for h in cause_hits)
     odd = desync_culprit(cause_hits)
     if odd is not None:
