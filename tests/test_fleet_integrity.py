@@ -473,3 +473,22 @@ def test_quiet_means_quiet_on_ray_too(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""  # Ray's own warnings too (token auth)
+
+
+def test_a_table_written_before_the_scheduler_columns_reads_them_as_nulls(tmp_path: Path) -> None:
+    # a part as an earlier crashlens wrote it (no scheduler_state, no nodelist) beside new ones
+    import pyarrow.parquet as pq
+
+    from crashlens.fleet import load, run_triage
+
+    root, table = tmp_path / "jobs", tmp_path / "fleet"
+    make_jobs(root, 2)
+    run_triage([root], table, workers=1)
+    (part,) = sorted((table / "jobs").glob("part-*.parquet"))
+    old = pq.read_table(part)
+    pq.write_table(old.drop_columns(["scheduler_state", "nodelist"]), part)
+    make_jobs(root, 1, start=2)
+    run_triage([root], table, workers=1)
+    jobs, _ = load(table)
+    assert len(jobs) == 3 and list(jobs.columns).index("nodelist") > list(jobs.columns).index("queue")
+    assert jobs["scheduler_state"].isna().all() and jobs["nodelist"].isna().all()

@@ -50,11 +50,12 @@ def test_the_multi_line_form_reads_like_the_one_line_form() -> None:
 
 def test_sacct_parsable2_job_lines_not_step_lines() -> None:
     # sacct -j 48213 --parsable2 --noheader --format=JobID,JobName,User,State,ExitCode,NodeList,
-    # WorkDir,NTasks (sacct(1): "|"-delimited without a trailing "|")
+    # WorkDir,NTasks,Partition,Submit,End (sacct(1): "|"-delimited without a trailing "|")
     text = (
-        "48213|pretrain|alice|CANCELLED by 1000|0:0|node[01-02]|/scratch/alice|\n"
-        "48213.batch|batch||CANCELLED|0:15|node01||1\n"
-        "48213.0|python|alice|CANCELLED|0:15|node[01-02]||16\n"
+        "48213|pretrain|alice|CANCELLED by 1000|0:0|node[01-02]|/scratch/alice||gpu|"
+        "2026-12-01T22:00:05|2026-12-02T06:00:09\n"
+        "48213.batch|batch||CANCELLED|0:15|node01||1|||2026-12-02T06:00:09\n"
+        "48213.0|python|alice|CANCELLED|0:15|node[01-02]||16|||2026-12-02T06:00:09\n"
     )
     (job,) = slurm.parse_sacct(text)
     assert (job.job_id, job.state, job.reason, job.nodes) == (
@@ -275,3 +276,156 @@ def test_the_time_limit_job_that_ran_beside_the_suite(cluster) -> None:
     files = {Path(f["path"]).name for f in data["inputs"]["files"]}
     assert {f"slurm-{job}_0.out", f"slurm-{job}_1.out"} <= files
     assert Path(work).is_dir()
+
+
+# --- the scheduler's failed jobs as the job list (triage --slurm-since) --------------------------
+
+
+def test_the_job_completion_log_is_read_record_by_record() -> None:
+    text = (CAPTURED / "jobcomp/jobcomp.txt").read_text()
+    jobs = {j.job_id: j for j in slurm.parse_jobcomp(text)}
+    assert sorted(jobs) == ["1", "2", "3"]
+    failed = jobs["1"]
+    assert (failed.name, failed.state, failed.exit_code, failed.user) == (
+        "fail.sh", "FAILED", "1:0", "root",
+    )  # fmt: skip
+    assert (failed.partition, failed.nodelist, failed.nodes) == ("debug", "vm", ("vm",))
+    assert failed.end_time == "2026-12-02T07:13:51" and failed.source == "jobcomp"
+    assert failed.work_dir == "/tmp/crashlens-slurm-capture/jobcomp" and failed.stdout is None
+    assert jobs["3"].state == "CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1d", "2026-12-01T12:00:00"),
+        ("12h", "2026-12-02T00:00:00"),
+        ("90m", "2026-12-02T10:30:00"),
+        ("2w", "2026-11-18T12:00:00"),
+        ("2026-11-30", "2026-11-30T00:00:00"),
+        ("2026-11-30T06:15", "2026-11-30T06:15:00"),
+    ],
+)
+def test_since_windows(value: str, expected: str) -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 12, 2, 12, 0, 0)
+    assert slurm.parse_window(value, now).isoformat() == expected
+
+
+def test_a_window_that_does_not_parse_is_one_line() -> None:
+    import datetime as dt
+
+    with pytest.raises(CrashlensError, match="expected a span like 12h"):
+        slurm.parse_window("yesterday", dt.datetime(2026, 12, 2))
+
+
+def _sacct_runner(stdout: str, calls: list[list[str]]):
+    def run(command, **_):
+        calls.append(command)
+        if Path(command[0]).name == "sacct":
+            return subprocess.CompletedProcess(command, 0, stdout, "")
+        return subprocess.CompletedProcess(
+            command, 1, "", "slurm_load_jobs error: Invalid job id specified"
+        )
+
+    return run
+
+
+def test_sacct_is_asked_for_every_users_failed_allocations(tmp_path: Path, monkeypatch) -> None:
+    # sacct(1) --parsable2 with the fields crashlens asks for; the step lines are left out and
+    # a state sacct was not asked for (a filter it ignores) is dropped again
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sacct", "scontrol"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "slurm-48213.out").write_text(
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    text = (
+        f"48213|pretrain|alice|TIMEOUT|0:0|node[01-02]|{work}|2|gpu|2026-12-01T22:00:05|2026-12-02T06:00:09\n"
+        f"48213.batch|batch||CANCELLED|0:15|node01||1|||2026-12-02T06:00:09\n"
+        f"48214|eval|bob|COMPLETED|0:0|node03|{work}|1|gpu|2026-12-01T23:00:00|2026-12-02T01:00:00\n"
+    )
+    calls: list[list[str]] = []
+    import datetime as dt
+
+    jobs = slurm.failed_since(dt.datetime(2026, 12, 1, 12), run=_sacct_runner(text, calls))
+    assert [j.job_id for j in jobs] == ["48213"]
+    (job,) = jobs
+    assert (job.state, job.user, job.partition, job.nodelist) == (
+        "TIMEOUT",
+        "alice",
+        "gpu",
+        "node[01-02]",
+    )
+    sacct = calls[0]
+    assert (
+        sacct[1:3] == ["-a", "-X"]
+        and "-S" in sacct
+        and sacct[sacct.index("-S") + 1] == "2026-12-01T12:00:00"
+    )
+    assert any(a.startswith("--state=") and "OUT_OF_MEMORY" in a for a in sacct)
+    assert [Path(c.path).name for c in slurm.job_files(job)] == ["slurm-48213.out"]
+
+
+def test_a_scheduler_without_history_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    # sacct says what it says without slurmdbd; scontrol's configuration has no completion log
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(
+        "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n"
+    )
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'JobCompType             = jobcomp/none'\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    code = main(["triage", "--slurm-since", "1d", "-o", str(tmp_path / "t"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "accounting storage is disabled" in lines[0]
+    assert "jobcomp/filetxt" in lines[0] and "JobCompType is jobcomp/none" in lines[0]
+
+
+def test_triage_since_on_the_real_cluster(cluster, tmp_path: Path) -> None:
+    # no accounting here: the failed jobs come from the job completion log, their files from
+    # scontrol's record while slurmctld remembers them
+    failed = _submit(
+        cluster,
+        tmp_path,
+        "#SBATCH -n 1\n#SBATCH -o slurm-%j.out\n"
+        "srun --label {python} -c 'import json; json.loads(open(\"/nonexistent/train.jsonl\").read())'\n",
+    )
+    ok_dir = tmp_path / "ok"
+    ok_dir.mkdir()
+    ok = _submit(cluster, ok_dir, "#SBATCH -o slurm-%j.out\necho fine\n")
+    assert cluster.wait_job(failed) == "FAILED" and cluster.wait_job(ok) == "COMPLETED"
+    table = tmp_path / "fleet"
+    command = [sys.executable, "-m", "crashlens", "triage", "--slurm-since", "1d", "-o", str(table)]
+    proc = subprocess.run(command, env=cluster.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    from crashlens.fleet import load
+
+    jobs, evidence = load(table)
+    rows = {r["job_id"]: r for r in jobs.to_dict("records")}
+    assert failed in rows and ok not in rows
+    row = rows[failed]
+    assert row["status"] == "analysed" and row["cause_class"] == "file_not_found"
+    assert (row["scheduler_state"], row["user"], row["queue"]) == ("FAILED", "root", "debug")
+    assert row["nodelist"] == cluster.node
+    assert row["n_files"] == 2  # the task's output and the scheduler's record
+    cited = set(evidence[evidence["job_id"] == failed]["file"])
+    assert any(f.endswith(f"slurm-{failed}.out") for f in cited)
+    # the time-limit job that ran beside the suite is there too, with the scheduler's verdict
+    started = SLURM.get("time_limit")
+    if isinstance(started, tuple) and started[0] in rows:
+        assert rows[started[0]]["scheduler_state"] == "TIMEOUT"
+        assert rows[started[0]]["cause_class"] == "scheduler_kill"
+    # a second run finds nothing changed
+    again = subprocess.run(command, env=cluster.env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and " 0 analysed now" in again.stdout, again.stdout

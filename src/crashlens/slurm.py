@@ -13,6 +13,7 @@ record into an input, so the rules in ``rules/scheduler/`` read its verdict like
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shutil
@@ -26,7 +27,15 @@ from crashlens.ingest.discover import NOT_LOG_SUFFIXES, Candidate
 from crashlens.model import Source
 
 #: ``sacct`` fields asked for, in this order (``--parsable2``: ``|``-separated, no trailing ``|``).
-SACCT_FIELDS = ("JobID", "JobName", "User", "State", "ExitCode", "NodeList", "WorkDir", "NTasks")
+SACCT_FIELDS = (
+    "JobID", "JobName", "User", "State", "ExitCode", "NodeList", "WorkDir", "NTasks",
+    "Partition", "Submit", "End",
+)  # fmt: skip
+#: The states of a job that did not succeed (sacct(1) "JOB STATE CODES").
+FAILED_STATES = (
+    "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "CANCELLED",
+    "DEADLINE",
+)  # fmt: skip
 #: The pattern letters ``scontrol`` leaves unexpanded in StdOut/StdErr (filled per step/task).
 _TASK_LETTERS = re.compile(r"%(\d*)([tNn])")
 _LETTER = re.compile(r"%(\d*)([%AaJjNnstux])")
@@ -61,8 +70,14 @@ class SlurmJob:
     array_task_id: str | None
     #: The scheduler's own text about the job (one line), as the rules read it.
     record: str
-    #: Which command said it: ``scontrol`` or ``sacct``.
+    #: Which command said it: ``scontrol``, ``sacct`` or ``jobcomp`` (the job completion log).
     source: str
+    partition: str | None = None
+    #: The node list as the scheduler wrote it (``node[01-04]``).
+    nodelist: str | None = None
+    #: Times as the scheduler prints them: local time, ``2026-12-02T07:13:49``.
+    submit_time: str | None = None
+    end_time: str | None = None
 
 
 def parse_scontrol(text: str) -> list[SlurmJob]:
@@ -93,11 +108,11 @@ def _fields(record: str) -> dict[str, str]:
     return out
 
 
-def _scontrol_job(record: str) -> SlurmJob:
+def _scontrol_job(record: str, source: str = "scontrol") -> SlurmJob:
     f = _fields(record)
     return SlurmJob(
         job_id=f.get("JobId", ""),
-        name=f.get("JobName", ""),
+        name=f.get("JobName", f.get("Name", "")),
         user=f.get("UserId", "").split("(", 1)[0],
         state=f.get("JobState", ""),
         reason=f.get("Reason", ""),
@@ -111,7 +126,11 @@ def _scontrol_job(record: str) -> SlurmJob:
         array_job_id=_value(f.get("ArrayJobId")),
         array_task_id=_value(f.get("ArrayTaskId")),
         record=record,
-        source="scontrol",
+        source=source,
+        partition=_value(f.get("Partition")),
+        nodelist=_value(f.get("NodeList")),
+        submit_time=_value(f.get("SubmitTime")),
+        end_time=_value(f.get("EndTime")),
     )
 
 
@@ -147,6 +166,10 @@ def parse_sacct(text: str, fields: Sequence[str] = SACCT_FIELDS) -> list[SlurmJo
                 array_task_id=array_task or None,
                 record=line,
                 source="sacct",
+                partition=_value(f.get("Partition")),
+                nodelist=_value(f.get("NodeList")),
+                submit_time=_value(f.get("Submit")),
+                end_time=_value(f.get("End")),
             )
         )
     return out
@@ -325,6 +348,113 @@ def resolve(
             )
         out.extend(found)
     return out
+
+
+def parse_window(value: str, now: dt.datetime) -> dt.datetime:
+    """``--slurm-since`` values: a span back from ``now`` (``90m``, ``12h``, ``1d``, ``2w``) or
+    a local date/time (``2026-12-01``, ``2026-12-01T06:00``), as naive local time.
+
+    Raises:
+        CrashlensError: anything else.
+    """
+    text = value.strip()
+    m = re.fullmatch(r"(\d{1,6})\s*([mhdw])", text)
+    if m:
+        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m[2]]
+        return now - dt.timedelta(**{unit: int(m[1])})
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CrashlensError(
+            f"--slurm-since '{value}': expected a span like 12h, 1d, 2w or a date like 2026-12-01"
+        ) from None
+
+
+def failed_since(
+    since: dt.datetime, *, run: Runner = subprocess.run, env: dict[str, str] | None = None
+) -> list[SlurmJob]:
+    """The jobs that ended in a failed state (:data:`FAILED_STATES`) since ``since`` (naive
+    local time, as SLURM prints it), oldest first.
+
+    Asked of ``sacct`` (every user's allocations) where accounting exists, else read from the
+    job completion log (``JobCompType=jobcomp/filetxt``; its path from ``scontrol show
+    config``). A job slurmctld still remembers is taken from ``scontrol show job``, whose record
+    names the job's output files.
+
+    Raises:
+        SlurmUnavailable: neither ``scontrol`` nor ``sacct`` is on PATH.
+        CrashlensError: neither accounting nor a job completion log to read.
+    """
+    scontrol, sacct = shutil.which("scontrol"), shutil.which("sacct")
+    if scontrol is None and sacct is None:
+        raise SlurmUnavailable(
+            "--slurm-since needs the SLURM commands (sacct, or scontrol with a job completion "
+            "log) on PATH; run it on a login node of the cluster"
+        )
+    start = since.replace(microsecond=0).isoformat()
+    why = ""
+    jobs: list[SlurmJob] | None = None
+    if sacct is not None:
+        command = [sacct, "-a", "-X", "--parsable2", "--noheader", "-S", start, "-E", "now"]
+        command += ["--state=" + ",".join(FAILED_STATES), "--format=" + ",".join(SACCT_FIELDS)]
+        proc = _run(run, command, env)
+        if proc.returncode == 0:
+            jobs = parse_sacct(proc.stdout)
+        why = " ".join(((proc.stderr or "") + " " + (proc.stdout or "")).split())
+    if jobs is None and scontrol is not None:
+        jobs, more = _from_jobcomp(scontrol, since, run, env)
+        why = "; ".join(x for x in (why, more) if x)
+    if jobs is None:
+        raise CrashlensError(
+            f"--slurm-since: the scheduler keeps no history to ask ({why or 'no sacct'}); it "
+            "needs accounting (slurmdbd, for sacct) or JobCompType=jobcomp/filetxt"
+        )
+    jobs = [j for j in jobs if j.state in FAILED_STATES]
+    if scontrol is not None:
+        jobs = [_known(scontrol, j, run, env) for j in jobs]
+    return sorted(jobs, key=lambda j: (j.end_time or "", j.job_id))
+
+
+def parse_jobcomp(text: str) -> list[SlurmJob]:
+    """The records of a ``jobcomp/filetxt`` job completion log (one ``Key=value`` line per
+    ended job; ``Name=`` for the job name, no output paths)."""
+    return [
+        _scontrol_job(line.strip(), source="jobcomp")
+        for line in text.splitlines()
+        if line.startswith("JobId=")
+    ]
+
+
+def _from_jobcomp(
+    scontrol: str, since: dt.datetime, run: Runner, env: dict[str, str] | None
+) -> tuple[list[SlurmJob] | None, str]:
+    proc = _run(run, [scontrol, "show", "config"], env)
+    config: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            config[key.strip()] = value.strip()
+    if config.get("JobCompType") != "jobcomp/filetxt" or not config.get("JobCompLoc"):
+        kind = config.get("JobCompType") or "unknown"
+        return None, f"JobCompType is {kind}" if proc.returncode == 0 else proc.stderr.strip()
+    path = config["JobCompLoc"]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return None, f"cannot read the job completion log {path}: {exc.strerror or exc}"
+    first = since.replace(microsecond=0).isoformat()
+    return [j for j in parse_jobcomp(text) if (j.end_time or "") >= first], ""
+
+
+def _known(scontrol: str, job: SlurmJob, run: Runner, env: dict[str, str] | None) -> SlurmJob:
+    """``job`` as ``scontrol show job`` tells it while slurmctld remembers it (its record names
+    the output files), else as given."""
+    if job.source == "scontrol":
+        return job
+    proc = _run(run, [scontrol, "show", "job", "-o", job.job_id], env)
+    found = parse_scontrol(proc.stdout) if proc.returncode == 0 else []
+    return found[0] if len(found) == 1 and found[0].job_id == job.job_id else job
 
 
 def _unreachable(why: str) -> bool:

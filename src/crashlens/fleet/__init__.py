@@ -173,8 +173,10 @@ def run_triage(
     reports: str | os.PathLike[str] | None = None,
     path_fields: str | None = None,
     quiet: bool = False,
+    slurm_since: str | None = None,
 ) -> TriageRun:
-    """Triage every job under ``roots`` (or in ``manifest``) into the table at ``output``.
+    """Triage every job under ``roots`` (or in ``manifest``, or the scheduler's failed jobs
+    since ``slurm_since``) into the table at ``output``.
 
     Raises:
         FleetExtraMissingError: without the fleet extra.
@@ -183,7 +185,7 @@ def run_triage(
         ValueError: an unknown engine.
     """
     from crashlens.fleet.engine import make_engine
-    from crashlens.fleet.jobs import PathFields, discover_jobs, read_manifest
+    from crashlens.fleet.jobs import PathFields, discover_jobs, read_manifest, slurm_jobs
     from crashlens.fleet.worker import WorkerContext, rules_hash
 
     require("pyarrow", "fsspec", *(["ray"] if engine == "ray" else []))
@@ -191,7 +193,9 @@ def run_triage(
     start = time.perf_counter()
     opts = dict(storage_options or {})
     warnings: list[str] = []
-    if manifest is not None:
+    if slurm_since is not None:
+        found = slurm_jobs(slurm_since)
+    elif manifest is not None:
         found = read_manifest(os.fspath(manifest), storage_options=opts)
     else:
         if not roots:
@@ -204,7 +208,7 @@ def run_triage(
             path_fields=layout,
             warnings=warnings,
         )
-    if not found:
+    if not found and slurm_since is None:  # no failed job in the window is an answer
         where = os.fspath(manifest) if manifest is not None else ", ".join(map(str, roots))
         raise CrashlensError(f"no jobs found in {where} (each job is one subdirectory)")
     session = Session.configured(list(rules), config=load_config())
@@ -255,7 +259,8 @@ def triage(
     (a glob of job directories), ``manifest``, ``workers``, ``force``, ``rules``,
     ``storage_options`` (fsspec options, e.g. an S3 ``endpoint_url``), ``commit_every``,
     ``progress``, ``reports`` (a directory for each analysed job's HTML report),
-    ``path_fields`` (the layout of job directories: ``"{user}/{date}/{job}"``). Without
+    ``path_fields`` (the layout of job directories: ``"{user}/{date}/{job}"``),
+    ``slurm_since`` (the scheduler's failed jobs since ``"1d"``, ``"12h"``, a date). Without
     ``output`` nothing is written and every job is analysed.
     """
     if isinstance(roots, (str, os.PathLike)):

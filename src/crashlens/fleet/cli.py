@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from crashlens.errors import CrashlensError, ExitCode
+from crashlens.errors import CannotRunError, CrashlensError, ExitCode
 from crashlens.fleet import (
     FleetExtraMissingError,
     TriageInterrupted,
@@ -149,6 +149,15 @@ def run_command(
             "the HTML summary link them.",
         ),
     ] = None,
+    slurm_since: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm-since",
+            metavar="WINDOW",
+            help="The SLURM jobs that failed since WINDOW (12h, 1d, 2w or a date) instead of "
+            "ROOT: from sacct, or the job completion log without accounting.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")] = False,
 ) -> None:
     """(Default) analyse every new or changed job under ROOT... into the table at -o."""
@@ -156,8 +165,8 @@ def run_command(
     roots = list(roots or [])
     if engine not in ("local", "ray"):
         _fail(f"--engine must be local or ray, not '{engine}'")
-    if not roots and manifest is None:
-        _fail("give at least one ROOT directory or URL, or --manifest")
+    if not roots and manifest is None and slurm_since is None:
+        _fail("give at least one ROOT directory or URL, --manifest, or --slurm-since")
     inside = _inside(output, roots)
     if inside is not None:
         _fail(f"the table {output} would be written inside the input {inside}; choose another -o")
@@ -187,9 +196,10 @@ def run_command(
             reports=reports,
             path_fields=path_fields,
             quiet=quiet,
+            slurm_since=slurm_since,
         )
-    except FleetExtraMissingError as exc:
-        typer.echo(str(exc), err=True)
+    except (FleetExtraMissingError, CannotRunError) as exc:
+        typer.echo(f"crashlens: {exc}" if isinstance(exc, CannotRunError) else str(exc), err=True)
         raise typer.Exit(int(ExitCode.CANNOT_RUN)) from None
     except TriageInterrupted as exc:
         if live:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from crashlens import slurm
 from crashlens.errors import CrashlensError
 from crashlens.ingest.discover import NOT_LOG_SUFFIXES
+from crashlens.slurm import Runner, SlurmJob
 
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 MANIFEST_COLUMNS = ("job_id", "path", "submitted_at", "user", "queue")
@@ -100,6 +102,9 @@ class Job:
     queue: str | None = None
     listing_error: str | None = None
     fingerprint: str = field(default="")
+    #: The scheduler's record when the job came from SLURM (``--slurm-since``): its files are
+    #: the ones the record names, not a directory's.
+    slurm: SlurmJob | None = None
 
     @property
     def local(self) -> bool:
@@ -136,8 +141,62 @@ def _with_fingerprint(job: Job) -> Job:
         user=job.user,
         queue=job.queue,
         listing_error=job.listing_error,
-        fingerprint=fingerprint(job.path, job.files),
+        # a job whose state or record changed is read again, its files unchanged or not
+        fingerprint=fingerprint(
+            job.path + (f"\0{job.slurm.record}" if job.slurm else ""), job.files
+        ),
+        slurm=job.slurm,
     )
+
+
+def slurm_jobs(
+    since: str,
+    *,
+    now: dt.datetime | None = None,
+    run: Runner | None = None,
+    env: dict[str, str] | None = None,
+) -> list[Job]:
+    """The scheduler's failed jobs since ``since`` (``1d``, ``12h``, a date), each with the
+    output files its record names (``triage --slurm-since``).
+
+    Raises:
+        SlurmUnavailable: without the SLURM commands.
+        CrashlensError: a window that does not parse, a scheduler that keeps no history.
+    """
+    when = slurm.parse_window(since, now or dt.datetime.now())
+    found = slurm.failed_since(when, env=env, **({"run": run} if run is not None else {}))
+    out = []
+    for record in found:
+        paths = [os.path.abspath(c.path) for c in slurm.job_files(record)]
+        if paths:
+            base = os.path.commonpath([os.path.dirname(p) for p in paths])
+        else:
+            base = record.work_dir or ""
+        files = []
+        for path in paths:
+            info = os.stat(path)
+            rel = os.path.relpath(path, base)
+            files.append(JobFile(rel, info.st_size, repr(info.st_mtime), info.st_mtime))
+        job = Job(
+            job_id=record.job_id,
+            path=base,
+            protocol="file",
+            files=tuple(files),
+            submitted_at=_local_time(record.submit_time),
+            user=record.user or None,
+            queue=record.partition,
+            slurm=record,
+        )
+        out.append(_with_fingerprint(job))
+    return out
+
+
+def _local_time(text: str | None) -> dt.datetime | None:
+    """A SLURM time (local, ``2026-12-02T07:13:49``) as naive UTC, like the table's times."""
+    try:
+        return dt.datetime.fromisoformat(text or "").astimezone(dt.UTC).replace(tzinfo=None)
+    except ValueError:
+        return None
 
 
 def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:

@@ -80,6 +80,8 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("submitted_at", "timestamp"),
     ("user", "string"),
     ("queue", "string"),
+    ("scheduler_state", "string"),
+    ("nodelist", "string"),
     ("last_modified", "timestamp"),
     ("fingerprint", "string"),
     ("analysis_seconds", "float64"),
@@ -394,7 +396,6 @@ class FleetTable:
         self, table: str, columns: tuple[tuple[str, str], ...], wanted: list[str] | None
     ) -> pd.DataFrame:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         schema = arrow_schema(columns)
         named = {c.jobs if table == "jobs" else c.evidence for c in self.commits()}
@@ -403,8 +404,24 @@ class FleetTable:
             schema = pa.schema([schema.field(c) for c in wanted])
         if not parts:
             return to_frame(schema.empty_table())
-        tables = [pq.read_table(p, columns=wanted) for p in parts]
-        return to_frame(pa.concat_tables([t.cast(schema) for t in tables]))
+        tables = [_conformed(p, schema) for p in parts]
+        return to_frame(pa.concat_tables(tables))
+
+
+def _conformed(part: Path, schema: pa.Schema) -> pa.Table:
+    """A part read as ``schema``: a column added to the schema after the part was written
+    (``scheduler_state``, ``nodelist``) reads as nulls; columns in the schema's order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    present = set(pq.read_schema(part).names)
+    table = pq.read_table(part, columns=[n for n in schema.names if n in present])
+    for name in schema.names:
+        if name not in present:
+            table = table.append_column(
+                schema.field(name), pa.nulls(len(table), schema.field(name).type)
+            )
+    return table.select(schema.names).cast(schema)
 
 
 def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -12,6 +12,7 @@ Every failure of one job (unreadable, a listing error, a bug) becomes that job's
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from crashlens import slurm
 from crashlens._version import __version__
 from crashlens.errors import CrashlensError, NoInputError
 from crashlens.fleet.jobs import Job, filesystem
@@ -133,9 +135,9 @@ def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
     try:
         if job.listing_error:
             raise CrashlensError(job.listing_error)
-        with _LocalCopy(job, ctx) as root:
+        with _inputs(job, ctx) as candidates:
             session = session_factory(ctx).session()
-            session.read_candidates(_candidates(root))
+            session.read_candidates(candidates)
             try:
                 report = session.finish()
             except NoInputError as exc:
@@ -223,6 +225,18 @@ class _LocalCopy:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _inputs(job: Job, ctx: WorkerContext) -> Iterator[list[Candidate]]:
+    """What the job's session reads: its directory's files, or for a SLURM job the files its
+    record names and the record itself (written to a temporary file for the length of it)."""
+    if job.slurm is None:
+        with _LocalCopy(job, ctx) as root:
+            yield _candidates(root)
+        return
+    with tempfile.TemporaryDirectory(prefix="crashlens-slurm-") as tmp:
+        yield [*slurm.job_files(job.slurm), slurm.record_candidate(job.slurm, Path(tmp))]
+
+
 def _candidates(root: Path) -> list[Candidate]:
     """The job's files, shown by their path relative to the job directory."""
     shown = str(root)
@@ -303,6 +317,8 @@ def base_row(
         "submitted_at": job.submitted_at,
         "user": job.user,
         "queue": job.queue,
+        "scheduler_state": job.slurm.state if job.slurm else None,
+        "nodelist": job.slurm.nodelist if job.slurm else None,
         "last_modified": when(job.last_modified),
         "fingerprint": job.fingerprint,
         "analysis_seconds": 0.0,
