@@ -490,5 +490,7 @@ def test_a_table_written_before_the_scheduler_columns_reads_them_as_nulls(tmp_pa
     make_jobs(root, 1, start=2)
     run_triage([root], table, workers=1)
     jobs, _ = load(table)
-    assert len(jobs) == 3 and list(jobs.columns).index("nodelist") > list(jobs.columns).index("queue")
+    assert len(jobs) == 3 and list(jobs.columns).index("nodelist") > list(jobs.columns).index(
+        "queue"
+    )
     assert jobs["scheduler_state"].isna().all() and jobs["nodelist"].isna().all()
