@@ -166,3 +166,25 @@ def test_each_frame_keeps_its_source_line_not_the_position_markers() -> None:
     frames = tb.exceptions[-1].frames
     assert frames[0].code == "total = weights[key] * 2"
     assert frames[1].code == ""  # a frame printed without its source line
+
+
+def test_a_traceback_the_log_starts_inside_has_unseen_callers() -> None:
+    from crashlens.model import exception_origin
+
+    # simplescaling/s1#39 as posted: the header and the outer frames are not in the paste
+    tail = (
+        '  File "/env/lib/python3.11/site-packages/trl/trainer/sft_trainer.py", line 513, in tokenize\n'
+        "    element[dataset_text_field] if formatting_func is None else formatting_func(element),\n"
+        '  File "/env/lib/python3.11/site-packages/datasets/formatting/formatting.py", line 277, in __getitem__\n'
+        "    value = self.data[key]\n"
+        "KeyError: 'text'\n"
+    )
+    (cut,) = assemble(tail).done
+    assert cut.exceptions[-1].head_lost and exception_origin(cut.exceptions[-1]) == "unseen"
+    (whole,) = assemble("Traceback (most recent call last):\n" + tail).done
+    assert not whole.exceptions[-1].head_lost
+    assert exception_origin(whole.exceptions[-1]) == "library"
+    # a chained exception printed its own header: only the first of a chain lost it
+    (chain,) = assemble(tail + "\nDuring handling of the above exception, another exception occurred:\n\n"
+                        "Traceback (most recent call last):\n" + tail).done  # fmt: skip
+    assert [e.head_lost for e in chain.exceptions] == [True, False]

@@ -109,6 +109,9 @@ class ExceptionInfo:
     message: str
     frames: tuple[Frame, ...]
     lineno: int
+    #: The log starts inside this exception's traceback (a paste that lost its header and
+    #: outer frames): the frames where the process began, the user's script's, are not shown.
+    head_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,7 +655,7 @@ def embedded_frames(exc: ExceptionInfo) -> list[Frame]:
     ]
 
 
-Origin = Literal["user", "called", "library", "none", "cut"]
+Origin = Literal["user", "called", "library", "unseen", "none", "cut"]
 
 
 def exception_origin(exc: ExceptionInfo) -> Origin:
@@ -660,9 +663,11 @@ def exception_origin(exc: ExceptionInfo) -> Origin:
 
     ``user``: its innermost frame is the user's code; ``called``: it was raised inside Python
     or a library that the user's code called (a frame of theirs is on the stack); ``library``:
-    no frame of the user's is shown; ``none``: no frame at all; ``cut``: the log ends inside
-    the traceback, so what was raised is not known. A worker's exception re-raised by its
-    parent is judged by the worker's original traceback.
+    no frame of the user's is shown; ``unseen``: none is shown, but the log starts inside the
+    traceback, so its outer frames (where the user's script called in) are not in it;
+    ``none``: no frame at all; ``cut``: the log ends inside the traceback, so what was raised
+    is not known. A worker's exception re-raised by its parent is judged by the worker's
+    original traceback.
     """
     if exc.type == CUT_TRACEBACK:
         return "cut"
@@ -673,7 +678,7 @@ def exception_origin(exc: ExceptionInfo) -> Origin:
         return "user"
     if any(f.user_code for f in frames) or any(f.user_code for f in exc.frames):
         return "called"
-    return "library"
+    return "unseen" if exc.head_lost else "library"
 
 
 def user_frame(tb: Traceback) -> Frame | None:

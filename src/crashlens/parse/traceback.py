@@ -138,8 +138,10 @@ class PartialTraceback:
         if self.exc_type is None:
             return
         message = "\n".join(self.exc_message).strip()
+        # only the first exception of a chain lost its header; a chained one printed its own
+        head_lost = self.headerless and not self.exceptions
         self.exceptions.append(
-            ExceptionInfo(self.exc_type, message, tuple(self.frames), self.exc_line)
+            ExceptionInfo(self.exc_type, message, tuple(self.frames), self.exc_line, head_lost)
         )
         self.exc_type = None
         self.exc_message = []

@@ -42,7 +42,7 @@ _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origi
 _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
 _GLOBAL_IGNORECASE = regex.compile(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
-_ORIGINS = {"user", "called", "library", "none", "cut"}
+_ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
