@@ -331,12 +331,13 @@ def test_sandbox_kills_escaped_children_on_timeout(tmp_path: Path) -> None:
 
 
 def test_tmpfs_unavailable_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from crashlens.repro import sandbox
     from crashlens.repro.sandbox import SandboxUnavailable
 
     def refuse(path: Path, size: str):
         raise SandboxUnavailable("mounting a tmpfs needs root (euid is not 0)")
 
-    monkeypatch.setattr(repro_run, "mounted_tmpfs", refuse)
+    monkeypatch.setattr(sandbox, "mounted_tmpfs", refuse)
     out = tmp_path / "out"
     result = runner.invoke(repro_app, ["run", "disk_full", "--out", str(out)])
     assert result.exit_code == 3, result.output

@@ -18,7 +18,6 @@ logs (unedited, in the layout the tools wrote), a ``CAPTURE.md`` and an ``expect
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.metadata
@@ -43,8 +42,7 @@ from .sandbox import (
     TRAIN_LOG,
     RunResult,
     SandboxUnavailable,
-    mounted_tmpfs,
-    occupied_port,
+    prepared,
     run_script,
 )
 
@@ -339,88 +337,25 @@ def capture_one(
     and its ``expected.yaml`` records the layout, the command and the torch version. A failed
     or skipped capture leaves the existing fixture directory untouched.
     """
-    exp = EXPECTATIONS.get(spec.id)
+    exp = _expectation(spec, variant)
     if exp is None:
         return "failed", f"{spec.id}: no expectation registered in capture.EXPECTATIONS"
-    if variant is not None and variant.params:
-        exp = dataclasses.replace(exp, first_failure_rank=variant.first_rank)
-    if variant is not None and variant.evidence is not None:
-        exp = dataclasses.replace(exp, evidence=variant.evidence)
     if spec.gpu:
         return "skip", f"{spec.id}: SKIP needs a GPU"
     keep = keep_workdir
     workdir = Path(tempfile.mkdtemp(prefix=f"crashlens-repro-{spec.id}-"))
-    setup: list[str] = []
-    params: dict[str, str] = {}
-    if variant is not None:
-        params.update(variant.params)
-    layout = variant.layout if variant is not None and spec.launcher == "torchrun" else "tee"
     try:
-        with contextlib.ExitStack() as stack:
-            master_port: int | None = None
-            if spec.options.get("master_port") == "occupied":
-                master_port = stack.enter_context(occupied_port())
-                setup.append(
-                    f"a listening TCP socket was opened on 127.0.0.1:{master_port} and held "
-                    "for the whole run (the port torchrun is then told to use)"
-                )
-            if "tmpfs" in spec.options:
-                subdir, _, size = spec.options["tmpfs"].partition(":")
-                try:
-                    stack.enter_context(mounted_tmpfs(workdir / subdir, size or "1m"))
-                except SandboxUnavailable as exc:
-                    return "skip", f"{spec.id}: SKIP {exc}"
-                setup.append(f"a {size} tmpfs was mounted on `<workdir>/{subdir}`")
-                params["ckpt-dir"] = subdir
-            shm = spec.options.get("shm")
-            if shm is not None:
-                setup.append(f"the run got a private {shm} /dev/shm (its own mount namespace)")
-            try:
-                result = run_script(
-                    spec.script,
-                    workdir=workdir,
-                    launcher=spec.launcher,
-                    ranks=spec.ranks,
-                    timeout_s=spec.timeout_s,
-                    params=params,
-                    master_port=master_port,
-                    torchrun_args=spec.torchrun_args,
-                    shm_size=shm,
-                    layout=layout,
-                    flight_recorder=spec.flight_recorder,
-                    # the occupied port is held in this network namespace, so the run shares it
-                    isolate_network=spec.options.get("master_port") != "occupied",
-                )
-            except SandboxUnavailable as exc:
-                return "skip", f"{spec.id}: SKIP {exc}"
+        setup: list[str] = []
+        try:
+            result = _run_prepared(spec, workdir, variant, setup)
+        except SandboxUnavailable as exc:
+            return "skip", f"{spec.id}: SKIP {exc}"
         problems = check_capture(spec, exp, result)
         if problems:
             keep = True
             return "failed", f"{spec.id}: FAILED ({'; '.join(problems)}); workdir kept: {workdir}"
-
         dest = out_root / spec.id / variant.name if variant is not None else out_root / spec.id
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        files: list[str] = []
-        for rel in result.logs:
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(result.logs_dir / rel, target)
-            files.append(rel.as_posix())
-        when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        (dest / "CAPTURE.md").write_text(
-            render_capture_md(spec, result, setup, files, when, matrix=variant is not None),
-            encoding="utf-8",
-        )
-        expected = render_expected(spec, exp)
-        if variant is not None:
-            expected += (
-                f"layout: {variant.layout if spec.launcher == 'torchrun' else 'python'}\n"
-                f"torch: {_yaml_str(_version('torch'))}\n"
-                f"command: {_yaml_str(shlex.join(result.command[1:]))}\n"
-            )
-        (dest / "expected.yaml").write_text(expected, encoding="utf-8")
+        files = _write_fixture(dest, spec, exp, result, setup, variant)
         main_log = CONSOLE_LOG if spec.launcher == "torchrun" else TRAIN_LOG
         return "ok", (
             f"{spec.id}: ok exit={result.exit_code} {result.duration_s:.1f}s "
@@ -429,6 +364,82 @@ def capture_one(
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _expectation(spec: ReproSpec, variant: Variant | None) -> Expectation | None:
+    """What the capture must show: the repro's registered expectation, as the variant has it."""
+    exp = EXPECTATIONS.get(spec.id)
+    if exp is None:
+        return None
+    if variant is not None and variant.params:
+        exp = dataclasses.replace(exp, first_failure_rank=variant.first_rank)
+    if variant is not None and variant.evidence is not None:
+        exp = dataclasses.replace(exp, evidence=variant.evidence)
+    return exp
+
+
+def _run_prepared(
+    spec: ReproSpec, workdir: Path, variant: Variant | None, setup: list[str]
+) -> RunResult:
+    """Run the repro in ``workdir`` with what its options ask to prepare (a port held open, a
+    small tmpfs, a private /dev/shm), each described in ``setup`` for CAPTURE.md.
+
+    Raises:
+        SandboxUnavailable: this machine cannot prepare it.
+    """
+    params: dict[str, str] = dict(variant.params) if variant is not None else {}
+    layout = variant.layout if variant is not None and spec.launcher == "torchrun" else "tee"
+    with prepared(spec.options, workdir, params) as ready:
+        setup.extend(ready.setup)
+        return run_script(
+            spec.script,
+            workdir=workdir,
+            launcher=spec.launcher,
+            ranks=spec.ranks,
+            timeout_s=spec.timeout_s,
+            params=params,
+            master_port=ready.master_port,
+            torchrun_args=spec.torchrun_args,
+            shm_size=spec.options.get("shm"),
+            layout=layout,
+            flight_recorder=spec.flight_recorder,
+            # the occupied port is held in this network namespace, so the run shares it
+            isolate_network=spec.options.get("master_port") != "occupied",
+        )
+
+
+def _write_fixture(
+    dest: Path,
+    spec: ReproSpec,
+    exp: Expectation,
+    result: RunResult,
+    setup: list[str],
+    variant: Variant | None,
+) -> list[str]:
+    """Replace ``dest`` with the run's logs, CAPTURE.md and expected.yaml; the logs' paths."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    files: list[str] = []
+    for rel in result.logs:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(result.logs_dir / rel, target)
+        files.append(rel.as_posix())
+    when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    (dest / "CAPTURE.md").write_text(
+        render_capture_md(spec, result, setup, files, when, matrix=variant is not None),
+        encoding="utf-8",
+    )
+    expected = render_expected(spec, exp)
+    if variant is not None:
+        expected += (
+            f"layout: {variant.layout if spec.launcher == 'torchrun' else 'python'}\n"
+            f"torch: {_yaml_str(_version('torch'))}\n"
+            f"command: {_yaml_str(shlex.join(result.command[1:]))}\n"
+        )
+    (dest / "expected.yaml").write_text(expected, encoding="utf-8")
+    return files
 
 
 #: Which rank each multi-rank repro can be told to break (script parameter, values), and

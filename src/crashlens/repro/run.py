@@ -21,7 +21,6 @@ the repro (no CUDA GPU, no tmpfs) -- in that case nothing was started.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import shutil
 import tempfile
@@ -33,13 +32,7 @@ from crashlens.errors import CrashlensError, ExitCode
 from crashlens.report import Report
 
 from .catalog import BadParameterError, Repro, get
-from .sandbox import (
-    RunResult,
-    SandboxUnavailable,
-    mounted_tmpfs,
-    occupied_port,
-    run_script,
-)
+from .sandbox import RunResult, SandboxUnavailable, prepared, run_script
 
 #: Exit status when the repro reproduced the diagnosis.
 EXIT_REPRODUCED = int(ExitCode.OK)
@@ -225,19 +218,8 @@ def run_repro(
     logs_dir = out / LOGS_SUBDIR
     workdir = out / WORK_SUBDIR
 
-    with contextlib.ExitStack() as stack:
-        master_port: int | None = None
-        if repro.options.get("master_port") == "occupied":
-            master_port = stack.enter_context(occupied_port())
-        if "tmpfs" in repro.options:
-            subdir, _, size = repro.options["tmpfs"].partition(":")
-            try:
-                stack.enter_context(mounted_tmpfs(workdir / subdir, size or "1m"))
-            except SandboxUnavailable as exc:
-                shutil.rmtree(workdir, ignore_errors=True)  # nothing ran; leave ``out`` empty
-                raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
-            script_params.setdefault("ckpt-dir", subdir)
-        try:
+    try:
+        with prepared(repro.options, workdir, script_params) as ready:
             result = run_script(
                 repro.script,
                 workdir=workdir,
@@ -247,16 +229,16 @@ def run_repro(
                 timeout_s=timeout,
                 params=script_params,
                 as_limit_bytes=_as_limit(repro),
-                master_port=master_port,
+                master_port=ready.master_port,
                 torchrun_args=repro.torchrun_args,
                 # The port the repro must find taken is held out here, in this network namespace.
                 isolate_network=repro.options.get("master_port") != "occupied",
                 shm_size=repro.options.get("shm"),
                 flight_recorder=repro.flight_recorder,
             )
-        except SandboxUnavailable as exc:  # e.g. no private /dev/shm here; nothing ran
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
+    except SandboxUnavailable as exc:  # no tmpfs, no private /dev/shm here: nothing ran
+        shutil.rmtree(workdir, ignore_errors=True)  # leave ``out`` empty
+        raise CannotRunHereError(f"repro '{repro.id}' cannot run here: {exc}") from exc
 
     from crashlens.api import analyze
 

@@ -149,6 +149,46 @@ def mounted_tmpfs(path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", str(path)], capture_output=True, check=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What :func:`prepared` set up for a run: the held port, and one line per arrangement."""
+
+    master_port: int | None
+    setup: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def prepared(
+    options: Mapping[str, str], workdir: Path, params: dict[str, str]
+) -> Iterator[Prepared]:
+    """What a repro's options ask to have in place while it runs: ``master_port: occupied``
+    (a listening socket on the port torchrun is then told to use), ``tmpfs: <dir>:<size>`` (a
+    small tmpfs on ``<workdir>/<dir>``, passed as ``--ckpt-dir``), ``shm: <size>`` (said here;
+    :func:`run_script` gives the run its private /dev/shm). Each is described in ``setup``.
+
+    Raises:
+        SandboxUnavailable: this machine cannot set it up (nothing was started).
+    """
+    setup: list[str] = []
+    with contextlib.ExitStack() as stack:
+        master_port: int | None = None
+        if options.get("master_port") == "occupied":
+            master_port = stack.enter_context(occupied_port())
+            setup.append(
+                f"a listening TCP socket was opened on 127.0.0.1:{master_port} and held "
+                "for the whole run (the port torchrun is then told to use)"
+            )
+        if "tmpfs" in options:
+            subdir, _, size = options["tmpfs"].partition(":")
+            stack.enter_context(mounted_tmpfs(workdir / subdir, size or "1m"))
+            setup.append(f"a {size} tmpfs was mounted on `<workdir>/{subdir}`")
+            params.setdefault("ckpt-dir", subdir)
+        shm = options.get("shm")
+        if shm is not None:
+            setup.append(f"the run got a private {shm} /dev/shm (its own mount namespace)")
+        yield Prepared(master_port, tuple(setup))
+
+
 def build_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Build a small, explicit environment for the run.
 
