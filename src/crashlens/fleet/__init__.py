@@ -185,7 +185,6 @@ def run_triage(
         ValueError: an unknown engine.
     """
     from crashlens.fleet.engine import make_engine
-    from crashlens.fleet.jobs import PathFields, discover_jobs, read_manifest, slurm_jobs
     from crashlens.fleet.worker import WorkerContext, rules_hash
 
     require("pyarrow", "fsspec", *(["ray"] if engine == "ray" else []))
@@ -193,32 +192,10 @@ def run_triage(
     start = time.perf_counter()
     opts = dict(storage_options or {})
     warnings: list[str] = []
-    if slurm_since is not None:
-        found = slurm_jobs(slurm_since)
-    elif manifest is not None:
-        found = read_manifest(os.fspath(manifest), storage_options=opts)
-    else:
-        if not roots:
-            raise CrashlensError("give at least one ROOT directory or URL, or --manifest")
-        layout = PathFields.parse(path_fields) if path_fields is not None else None
-        found = discover_jobs(
-            [os.fspath(r) for r in roots],
-            jobs_glob=jobs,
-            storage_options=opts,
-            path_fields=layout,
-            warnings=warnings,
-        )
-    if not found and slurm_since is None:  # no failed job in the window is an answer
-        where = os.fspath(manifest) if manifest is not None else ", ".join(map(str, roots))
-        raise CrashlensError(f"no jobs found in {where} (each job is one subdirectory)")
+    found = _job_list(roots, jobs, manifest, slurm_since, path_fields, opts, warnings)
     session = Session.configured(list(rules), config=load_config())
     ctx = WorkerContext(session.rules, rules_hash(session.rules), opts, reports=reports is not None)
-    report_dir = Path(reports) if reports is not None else None
-    if report_dir is not None:
-        try:
-            report_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CrashlensError(f"cannot create {report_dir}: {exc.strerror or exc}") from None
+    report_dir = _report_dir(reports)
     table = FleetTable(output) if output is not None else None
     with table.lock() if table is not None else contextlib.nullcontext():
         batches = _Run(table, commit_every, report_dir)  # numbered past every part, orphans too
@@ -246,6 +223,59 @@ def run_triage(
         seconds=time.perf_counter() - start,
         jobs=frame,
     )
+
+
+def _job_list(
+    roots: Sequence[str | os.PathLike[str]],
+    jobs: str | None,
+    manifest: str | os.PathLike[str] | None,
+    slurm_since: str | None,
+    path_fields: str | None,
+    opts: dict[str, Any],
+    warnings: list[str],
+) -> list[Job]:
+    """The jobs a run covers: the scheduler's failed ones, a manifest's, or the roots'.
+
+    Raises:
+        CrashlensError: nothing to list, or no job in a manifest or the roots.
+    """
+    from crashlens.fleet.jobs import PathFields, discover_jobs, read_manifest, slurm_jobs
+
+    if slurm_since is not None:
+        return slurm_jobs(slurm_since)  # no failed job in the window is an answer
+    if manifest is not None:
+        found = read_manifest(os.fspath(manifest), storage_options=opts)
+    else:
+        if not roots:
+            raise CrashlensError("give at least one ROOT directory or URL, or --manifest")
+        layout = PathFields.parse(path_fields) if path_fields is not None else None
+        found = discover_jobs(
+            [os.fspath(r) for r in roots],
+            jobs_glob=jobs,
+            storage_options=opts,
+            path_fields=layout,
+            warnings=warnings,
+        )
+    if not found:
+        where = os.fspath(manifest) if manifest is not None else ", ".join(map(str, roots))
+        raise CrashlensError(f"no jobs found in {where} (each job is one subdirectory)")
+    return found
+
+
+def _report_dir(reports: str | os.PathLike[str] | None) -> Path | None:
+    """Where each job's HTML report goes (created), or None.
+
+    Raises:
+        CrashlensError: a directory that cannot be created.
+    """
+    if reports is None:
+        return None
+    report_dir = Path(reports)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CrashlensError(f"cannot create {report_dir}: {exc.strerror or exc}") from None
+    return report_dir
 
 
 def triage(
