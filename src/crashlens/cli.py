@@ -31,6 +31,7 @@ from crashlens.config import Config, load_config
 from crashlens.errors import CannotRunError, CrashlensError, ExitCode
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.live_cli import fail as _fail
+from crashlens.model import Note
 from crashlens.render import FORMATS, render
 from crashlens.render.schema import load_schema
 from crashlens.report import Report
@@ -159,8 +160,10 @@ def _read_slurm(session: Session, value: str) -> None:
             files = slurm.job_files(job)
             if not files:
                 session.notes.append(
-                    f"SLURM job {job.job_id}: no output file found (StdOut={job.stdout}, "
-                    f"WorkDir={job.work_dir})"
+                    Note(
+                        f"SLURM job {job.job_id}: no output file found (StdOut={job.stdout}, "
+                        f"WorkDir={job.work_dir})"
+                    )
                 )
             candidates += files
         session.read_candidates(candidates)
@@ -180,7 +183,7 @@ def _fleet_history(report: Report, table: Path) -> None:
     except CrashlensError as exc:
         _fail(str(exc))
         return
-    report.notes.append(line or f"no job of {table} failed with this signature before")
+    report.notes.append(Note(line or f"no job of {table} failed with this signature before"))
 
 
 @app.command()

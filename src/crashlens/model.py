@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
 from crashlens.provenance import is_user_path, launched_script
@@ -404,6 +405,76 @@ class RankSummary:
     pids: set[int] = field(default_factory=set)
 
 
+class SkipKind(StrEnum):
+    """Why a file was not read, as code asks it (:class:`Skip`)."""
+
+    MISSING = "missing"  #: the path does not exist
+    UNREADABLE = "unreadable"  #: permissions, a vanished file, an I/O error
+    NOT_A_FILE = "not-a-file"  #: a device, a fifo, a socket
+    NOT_A_LOG = "not-a-log"  #: a name a job holds beside its logs (code, configs, weights)
+    LINK = "link"  #: a symlink not followed (a loop, outside the tree, a walked directory)
+    NOT_TEXT = "not-text"  #: binary, or an encoding that is not text
+    MALFORMED = "malformed"  #: a structured input (an error file, a dump) that does not parse
+    NOT_FOLLOWED = "not-followed"  #: read by ``analyze``, not tailed by ``watch``
+
+
+class Skip(str):
+    """Why a file was not read: the text reports show, and its :class:`SkipKind` for code.
+
+    A ``str`` so every renderer and the JSON keep printing the reason as they always did;
+    decisions ask ``kind``, never the wording.
+    """
+
+    kind: SkipKind
+
+    def __new__(cls, kind: SkipKind, text: str) -> Skip:
+        self = super().__new__(cls, text)
+        self.kind = kind
+        return self
+
+    def __reduce__(self) -> tuple[type[Skip], tuple[SkipKind, str]]:
+        return (Skip, (self.kind, str(self)))
+
+
+class NoteKind(StrEnum):
+    """What a note of the analysis is about (:class:`Note`)."""
+
+    GENERAL = "general"
+    FILE = "file"  #: about one file that was read (``<path>: read stopped early: ...``)
+    SKIPPED_FILE = "skipped-file"  #: a file that was not read (also listed with the inputs)
+    RULE_LEFT_OUT = "rule-left-out"  #: an invalid user rule file left out
+
+
+class Note(str):
+    """A note of the analysis: its text, and for code a :class:`NoteKind` and, for a note on
+    one file, the file and what is said of it (a ``str``, as :class:`Skip`)."""
+
+    kind: NoteKind
+    path: str | None
+    reason: str | None
+
+    def __new__(
+        cls,
+        text: str,
+        kind: NoteKind = NoteKind.GENERAL,
+        path: str | None = None,
+        reason: str | None = None,
+    ) -> Note:
+        self = super().__new__(cls, text)
+        self.kind, self.path, self.reason = kind, path, reason
+        return self
+
+    @classmethod
+    def on_file(cls, path: str, reason: str, *, skipped: bool = False) -> Note:
+        """``<path>: <reason>``, or ``skipped <path>: <reason>`` for a file not read."""
+        if skipped:
+            return cls(f"skipped {path}: {reason}", NoteKind.SKIPPED_FILE, path, reason)
+        return cls(f"{path}: {reason}", NoteKind.FILE, path, reason)
+
+    def __reduce__(self) -> tuple[type[Note], tuple[str, NoteKind, str | None, str | None]]:
+        return (Note, (str(self), self.kind, self.path, self.reason))
+
+
 @dataclass(frozen=True, slots=True)
 class InputFile:
     """A file (or stdin) offered to the analyzer and what became of it."""
@@ -412,7 +483,7 @@ class InputFile:
     bytes: int
     kind: str
     lines: int = 0
-    skipped: str | None = None
+    skipped: Skip | None = None
     note: str | None = None
 
 

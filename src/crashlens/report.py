@@ -16,6 +16,7 @@ from crashlens.model import (
     FlightRecord,
     Frame,
     InputFile,
+    Note,
     RankSummary,
     Traceback,
     iso,
@@ -37,7 +38,7 @@ class Report:
     first_failure: FirstFailure | None
     ranks: list[RankSummary]
     inputs: list[InputFile]
-    notes: list[str]
+    notes: list[Note]
     timeline_builder: Callable[[], pd.DataFrame] = field(repr=False)
     tracebacks: list[Traceback] = field(default_factory=list, repr=False)
     clock_skew: dict[str, ClockSkew] = field(default_factory=dict)

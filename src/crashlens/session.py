@@ -14,7 +14,6 @@ import functools
 import itertools
 import multiprocessing
 import os
-import re
 import stat
 import sys
 from collections import Counter, deque
@@ -42,6 +41,10 @@ from crashlens.model import (
     Hit,
     InputFile,
     Match,
+    Note,
+    NoteKind,
+    Skip,
+    SkipKind,
     Source,
     Timeline,
     plural,
@@ -235,14 +238,17 @@ class Session:
     inputs: list[InputFile] = field(default_factory=list, init=False)
     results: list[FileResult] = field(default_factory=list, init=False)
     dumps: list[FlightDump] = field(default_factory=list, init=False)
-    notes: list[str] = field(default_factory=list, init=False)
+    notes: list[Note] = field(default_factory=list, init=False)
     timeouts: set[str] = field(default_factory=set, init=False)
     _tb_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
 
     def __post_init__(self) -> None:
         self.matcher = LineMatcher(self.rules)
         self.scanner = scanner_for(self.matcher) if self.fast else None
-        self.notes.extend(f"rule file left out: {problem}" for problem in self.rules.skipped)
+        self.notes.extend(
+            Note(f"rule file left out: {problem}", NoteKind.RULE_LEFT_OUT)
+            for problem in self.rules.skipped
+        )
 
     @classmethod
     def configured(
@@ -294,9 +300,9 @@ class Session:
         elif read.result is not None:
             self.results.append(read.result)
             if record.note:
-                self.notes.append(f"{record.path}: {record.note}")
-        elif record.skipped and not record.skipped.startswith("not a log"):
-            self.notes.append(f"skipped {record.path}: {record.skipped}")
+                self.notes.append(Note.on_file(record.path, record.note))
+        elif record.skipped is not None and record.skipped.kind is not SkipKind.NOT_A_LOG:
+            self.notes.append(Note.on_file(record.path, record.skipped, skipped=True))
 
     def read_candidate(
         self,
@@ -341,10 +347,11 @@ class Session:
         try:
             stream, encoding = open_binary(cand.path, sys.stdin.buffer if is_stdin else None)
         except NotText as exc:
-            return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+            skip = Skip(SkipKind.NOT_TEXT, str(exc))
+            return None, InputFile(cand.display, size, source.kind, skipped=skip)
         except OSError as exc:
-            reason = f"cannot read: {exc.strerror or exc}"
-            return None, InputFile(cand.display, size, source.kind, skipped=reason)
+            skip = Skip(SkipKind.UNREADABLE, f"cannot read: {exc.strerror or exc}")
+            return None, InputFile(cand.display, size, source.kind, skipped=skip)
         reader = Tolerant(stream)
         try:
             if source.kind == "errorfile":
@@ -353,7 +360,8 @@ class Session:
                         source, reader, self.rules, self.matcher, tb_ids=tb_ids
                     )
                 except ValueError as exc:
-                    return None, InputFile(cand.display, size, source.kind, skipped=str(exc))
+                    skip = Skip(SkipKind.MALFORMED, str(exc))
+                    return None, InputFile(cand.display, size, source.kind, skipped=skip)
             else:
                 path = None if is_stdin else cand.path
                 year, ceiling = file_year(path), file_mtime(path)
@@ -371,7 +379,8 @@ class Session:
                     indexed=indexer,
                 )
         except (OSError, EOFError) as exc:
-            return None, InputFile(cand.display, size, source.kind, skipped=f"read error: {exc}")
+            skip = Skip(SkipKind.UNREADABLE, f"read error: {exc}")
+            return None, InputFile(cand.display, size, source.kind, skipped=skip)
         finally:
             if not is_stdin:
                 stream.close()
@@ -407,7 +416,7 @@ class Session:
         """Why no file could be read: each skip reason with its count, and the other notes."""
         reasons = Counter(f.skipped for f in self.inputs if f.skipped)
         said = [f"{n} file(s) skipped: {why}" for why, n in reasons.most_common()]
-        said += [n for n in self.notes if not n.startswith("skipped ")]
+        said += [n for n in self.notes if n.kind is not NoteKind.SKIPPED_FILE]
         return "; ".join(said) or "no files found"
 
     def collectives(self) -> FlightRecord | None:
@@ -439,12 +448,12 @@ class Session:
         timeline = self.timeline()
         hits, flight = self.hits(timeline)
         if flight is not None:
-            notes.extend(flight.notes)
+            notes.extend(Note(n) for n in flight.notes)
             if flight.missing:
                 missing = ", ".join(map(str, flight.missing))
-                notes.append(f"no Flight Recorder dump for rank(s) {missing}")
+                notes.append(Note(f"no Flight Recorder dump for rank(s) {missing}"))
         causes, first = rank(self.match(hits, timeline.facts), timeline)
-        notes.extend(f"detector {k} timed out and was skipped" for k in sorted(self.timeouts))
+        notes.extend(Note(f"detector {k} timed out and was skipped") for k in sorted(self.timeouts))
         notes = fold_notes(notes)
         return Report(
             causes=causes,
@@ -487,10 +496,11 @@ def _flight_dump(cand: Candidate) -> FileRead | None:
     try:
         dump = read_dump(cand.path, cand.display)
     except DumpRefused as exc:
-        return FileRead(None, InputFile(cand.display, size, "flight", skipped=str(exc)))
+        skip = Skip(SkipKind.MALFORMED, str(exc))
+        return FileRead(None, InputFile(cand.display, size, "flight", skipped=skip))
     except OSError as exc:
-        reason = f"cannot read: {exc.strerror or exc}"
-        return FileRead(None, InputFile(cand.display, size, "flight", skipped=reason))
+        skip = Skip(SkipKind.UNREADABLE, f"cannot read: {exc.strerror or exc}")
+        return FileRead(None, InputFile(cand.display, size, "flight", skipped=skip))
     note = (
         f"Flight Recorder dump of rank {dump.rank}: {len(dump.calls)} calls, "
         f"format {dump.version} ({dump.format})"
@@ -500,30 +510,28 @@ def _flight_dump(cand: Candidate) -> FileRead | None:
 
 #: Notes about this many files or more for the same reason are said once.
 FOLD_NOTES_AT = 3
-_FILE_NOTE = re.compile(r"^(?P<skipped>skipped )?(?P<path>.+?): (?P<reason>[^:]+)$")
 
 
-def fold_notes(notes: list[str]) -> list[str]:
+def fold_notes(notes: list[Note]) -> list[Note]:
     """Notes that say the same of many files said once, in the place of the first: a
     torchrun ``--log-dir`` tree of 64 ranks has 64 empty ``stdout.log`` files, one line."""
-    groups: dict[tuple[bool, str], list[str]] = {}
+    groups: dict[tuple[NoteKind, str], list[str]] = {}
     for note in notes:
-        m = _FILE_NOTE.match(note)
-        if m:
-            groups.setdefault((bool(m["skipped"]), m["reason"]), []).append(m["path"])
-    out: list[str] = []
-    said: set[tuple[bool, str]] = set()
+        if note.path is not None and note.reason is not None:
+            groups.setdefault((note.kind, note.reason), []).append(note.path)
+    out: list[Note] = []
+    said: set[tuple[NoteKind, str]] = set()
     for note in notes:
-        m = _FILE_NOTE.match(note)
-        key = (bool(m["skipped"]), m["reason"]) if m else None
+        key = (note.kind, note.reason) if note.path is not None and note.reason else None
         if key is None or len(groups[key]) < FOLD_NOTES_AT:
             out.append(note)
         elif key not in said:
             said.add(key)
             paths = groups[key]
             shown = ", ".join(paths[:2])
-            verb = " skipped" if key[0] else ""
-            out.append(f"{len(paths)} files{verb}: {key[1]} ({shown} and {len(paths) - 2} more)")
+            verb = " skipped" if key[0] is NoteKind.SKIPPED_FILE else ""
+            text = f"{len(paths)} files{verb}: {key[1]} ({shown} and {len(paths) - 2} more)"
+            out.append(Note(text, key[0]))
     return out
 
 

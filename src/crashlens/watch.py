@@ -41,7 +41,7 @@ from pathlib import Path
 from crashlens.ingest.discover import attribute, discover
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import MAX_LINE, NotText, cap_line, iter_lines, sniff
-from crashlens.model import Fact, Hit, Source
+from crashlens.model import Fact, Hit, Skip, SkipKind, Source
 from crashlens.parse import (
     SNIFF_LINES,
     FileParser,
@@ -125,7 +125,7 @@ class _Tail:
     parser: FileParser | None = None
     head: list[tuple[int, str]] = field(default_factory=list)
     seen_hits: int = 0
-    skipped: str | None = None
+    skipped: Skip | None = None
     #: The first lines (text), sampled to decide the path; emptied once it is decided.
     sample: list[str] = field(default_factory=list)
     sample_bytes: int = 0
@@ -224,13 +224,18 @@ class Watcher:
         try:
             compression, encoding = sniff(head[:8192])
         except NotText as exc:
-            tail.skipped = str(exc)
+            tail.skipped = Skip(SkipKind.NOT_TEXT, str(exc))
             return False
         if compression is not None or encoding != "utf-8":
-            tail.skipped = f"not followed live ({compression or encoding})"
+            tail.skipped = Skip(
+                SkipKind.NOT_FOLLOWED, f"not followed live ({compression or encoding})"
+            )
             return False
         if attribute(tail.display).kind == "errorfile":
-            tail.skipped = "torchelastic error file (read by analyze, not followed live)"
+            tail.skipped = Skip(
+                SkipKind.NOT_FOLLOWED,
+                "torchelastic error file (read by analyze, not followed live)",
+            )
             return False
         return True
 

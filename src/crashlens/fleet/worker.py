@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -34,7 +34,7 @@ from crashlens._version import __version__
 from crashlens.errors import CrashlensError, NoInputError
 from crashlens.fleet.jobs import Job, filesystem
 from crashlens.ingest.discover import Candidate, discover
-from crashlens.model import InputFile
+from crashlens.model import InputFile, SkipKind
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet
 from crashlens.session import SequentialRunner, Session
@@ -165,7 +165,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _not_a_log(f: InputFile) -> bool:
-    return (f.skipped or "").startswith("not a log")
+    return f.skipped is not None and f.skipped.kind is SkipKind.NOT_A_LOG
 
 
 def _all_damaged(inputs: list[InputFile]) -> bool:
@@ -176,7 +176,9 @@ def _all_damaged(inputs: list[InputFile]) -> bool:
 
 def _only_non_logs(session: Session) -> bool:
     """No input at all, or only files discover leaves out as not logs."""
-    return all((f.skipped or "").startswith("not a log") for f in session.inputs)
+    return all(
+        f.skipped is not None and f.skipped.kind is SkipKind.NOT_A_LOG for f in session.inputs
+    )
 
 
 class _LocalCopy:
@@ -367,7 +369,7 @@ def report_columns(report: Report) -> dict[str, Any]:
     return out
 
 
-def read_columns(inputs: list[InputFile], notes: list[str]) -> dict[str, str]:
+def read_columns(inputs: list[InputFile], notes: Sequence[str]) -> dict[str, str]:
     """``notes`` (the analysis's notes, then each damaged file's) and ``skipped_files`` (the
     logs that could not be read, not the files that are no logs), as JSON lists: what a reader
     of the table needs to know was not read whole."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import regex
 
-from crashlens.model import Source, SourceKind
+from crashlens.model import Skip, SkipKind, Source, SourceKind
 
 _RANK_IN_NAME = regex.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(\d+)(?!\d)")
 _TORCHRUN_TREE = regex.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
@@ -71,7 +71,7 @@ class Candidate:
 
     path: Path
     display: str
-    skipped: str | None = None
+    skipped: Skip | None = None
     #: Who wrote the file when something other than its path says so (a scheduler's task id
     #: for a file it named); else :func:`attribute` reads it from ``display``.
     source: Source | None = None
@@ -89,7 +89,11 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Candidate]:
             yield Candidate(path=root, display="<stdin>")
             continue
         if not root.exists() and not root.is_symlink():
-            yield Candidate(path=root, display=str(raw), skipped="no such file or directory")
+            yield Candidate(
+                path=root,
+                display=str(raw),
+                skipped=Skip(SkipKind.MISSING, "no such file or directory"),
+            )
             continue
         if root.is_dir():
             yield from _walk(root, str(raw))
@@ -101,7 +105,11 @@ def _walk(root: Path, shown_root: str) -> Iterator[Candidate]:
     try:
         real_root = root.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
-        yield Candidate(path=root, display=shown_root, skipped=f"cannot resolve: {_reason(exc)}")
+        yield Candidate(
+            path=root,
+            display=shown_root,
+            skipped=Skip(SkipKind.UNREADABLE, f"cannot resolve: {_reason(exc)}"),
+        )
         return
     seen_dirs: set[tuple[int, int]] = set()
     errors: list[OSError] = []
@@ -126,13 +134,15 @@ def _walk(root: Path, shown_root: str) -> Iterator[Candidate]:
             display = _display(path, root, shown_root)
             if name in linked_dirs:
                 yield Candidate(
-                    path=path, display=display, skipped=_dir_link_reason(path, real_root)
+                    path=path,
+                    display=display,
+                    skipped=Skip(SkipKind.LINK, _dir_link_reason(path, real_root)),
                 )
                 continue
             if path.is_symlink():
                 reason = _file_link_reason(path, real_root)
                 if reason is not None:
-                    yield Candidate(path=path, display=display, skipped=reason)
+                    yield Candidate(path=path, display=display, skipped=Skip(SkipKind.LINK, reason))
                     continue
             yield _check_file(path, display)
     yield from _listing_errors(errors, root, shown_root)
@@ -164,7 +174,7 @@ def _listing_errors(errors: list[OSError], root: Path, shown_root: str) -> Itera
         yield Candidate(
             path=where,
             display=_display(where, root, shown_root),
-            skipped=f"cannot list directory: {_reason(exc)}",
+            skipped=Skip(SkipKind.UNREADABLE, f"cannot list directory: {_reason(exc)}"),
         )
 
 
@@ -204,15 +214,25 @@ def _check_file(path: Path, display: str) -> Candidate:
     try:
         st = path.stat()
     except OSError as exc:
-        return Candidate(path=path, display=display, skipped=f"cannot stat: {exc.strerror}")
+        return Candidate(
+            path=path,
+            display=display,
+            skipped=Skip(SkipKind.UNREADABLE, f"cannot stat: {exc.strerror}"),
+        )
     if not stat.S_ISREG(st.st_mode):
-        return Candidate(path=path, display=display, skipped="not a regular file")
+        return Candidate(
+            path=path, display=display, skipped=Skip(SkipKind.NOT_A_FILE, "not a regular file")
+        )
     if (
         path.suffix.lower() in NOT_LOG_SUFFIXES
         and not _ERROR_JSON.search(path.name)
         and not _FLIGHT_DUMP.search(path.name)
     ):
-        return Candidate(path=path, display=display, skipped=f"not a log ({path.suffix} file)")
+        return Candidate(
+            path=path,
+            display=display,
+            skipped=Skip(SkipKind.NOT_A_LOG, f"not a log ({path.suffix} file)"),
+        )
     return Candidate(path=path, display=display)
 
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crashlens.model import headline, iso, location, plural
+from crashlens.model import NoteKind, headline, iso, location, plural
 from crashlens.render.remedy import is_http_url, to_html
 from crashlens.render.text import clean, rank_list
 
@@ -414,7 +414,9 @@ def _inventory(report: Report) -> str:
     skip_rows = "".join(
         f"<li><code>{esc_path(f.path)}</code>: {esc(f.skipped)}</li>" for f in skipped
     )
-    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes if not n.startswith("skipped "))
+    notes = "".join(
+        f"<li>{esc(n)}</li>" for n in report.notes if n.kind is not NoteKind.SKIPPED_FILE
+    )
     return (
         '<section class="card">\n<h2>Inputs</h2>\n'
         f'<dl class="facts">{cells}</dl>\n'
