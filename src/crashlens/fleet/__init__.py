@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from crashlens.config import load_config
 from crashlens.errors import CrashlensError
-from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable, rows_frame
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable, JobStatus, rows_frame
 from crashlens.session import Session
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class _Run:
         if self.reports is not None and outcome.html is not None:
             row["report"] = str(self._write_report(row["job_id"], outcome.html))
         self.statuses[row["status"]] += 1
-        if row["status"] == "error":
+        if row["status"] == JobStatus.ERROR:
             self.errors.append((row["job_id"], row["error"] or ""))
         self.done += 1
         if self.table is None:
@@ -151,7 +151,7 @@ def _stale(job: Job, known: Mapping[str, Any], rules_hash: str) -> bool:
     return (
         prev is None
         or prev.fingerprint != job.fingerprint
-        or prev.status == "error"
+        or prev.status == JobStatus.ERROR
         or prev.rules_hash != rules_hash
     )
 

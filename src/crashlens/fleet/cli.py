@@ -32,6 +32,7 @@ from crashlens.fleet import (
     require,
     run_triage,
 )
+from crashlens.fleet.table import JobStatus
 from crashlens.live_cli import fail as _fail
 
 
@@ -222,8 +223,9 @@ def _run_line(result: TriageRun, output: Path) -> str:
     rate = result.analysed / result.seconds if result.seconds > 0 else 0.0
     return (
         f"crashlens triage: {result.found} job(s): {result.analysed} analysed now "
-        f"({s.get('analysed', 0)} ok, {s.get('empty', 0)} empty, {s.get('damaged', 0)} "
-        f"damaged, {s.get('error', 0)} error), {result.unchanged} unchanged"
+        f"({s.get(JobStatus.ANALYSED, 0)} ok, {s.get(JobStatus.EMPTY, 0)} empty, "
+        f"{s.get(JobStatus.DAMAGED, 0)} damaged, {s.get(JobStatus.ERROR, 0)} error), "
+        f"{result.unchanged} unchanged"
         + (f", {result.orphans_removed} orphaned part(s) removed" if result.orphans_removed else "")
         + f"; {result.seconds:.1f} s ({rate:.1f} jobs/s) -> {output}"
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 from crashlens.errors import CrashlensError
 from crashlens.fleet.jobs import iso_utc
-from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable
+from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable, JobStatus
 from crashlens.render.html import page
 
 FORMATS = ("text", "markdown", "json", "html")
@@ -66,6 +66,12 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+#: ``count(*) ... AS analysed`` and so on, one per status (the ``totals`` row's columns).
+_status_counts = [f"count(*) FILTER (WHERE status = {_sql_str(s)}) AS {s.value}" for s in JobStatus]
+#: The jobs a summary lists as not analysed whole.
+_NOT_ANALYSED = f"status IN ({_sql_str(JobStatus.ERROR)}, {_sql_str(JobStatus.DAMAGED)})"
+
+
 def _connect(table: Path) -> Any:
     import duckdb
 
@@ -91,7 +97,7 @@ def _connect(table: Path) -> Any:
         SELECT *,
             coalesce(submitted_at, first_time, last_modified) AS job_time,
             coalesce(cause_class,
-                     CASE WHEN status = 'analysed' THEN {_sql_str(NO_FAILURE)}
+                     CASE WHEN status = {_sql_str(JobStatus.ANALYSED)} THEN {_sql_str(NO_FAILURE)}
                           ELSE '(' || status || ')' END) AS cause
         FROM latest
         """
@@ -193,13 +199,10 @@ class _Query:
     def totals(self) -> dict[str, Any]:
         return self.rows(
             f"""SELECT count(*) AS jobs,
-                       count(*) FILTER (WHERE status = 'analysed') AS analysed,
-                       count(*) FILTER (WHERE status = 'error') AS error,
-                       count(*) FILTER (WHERE status = 'empty') AS empty,
-                       count(*) FILTER (WHERE status = 'damaged') AS damaged,
+                       {", ".join(_status_counts)},
                        count(*) FILTER (WHERE cause_class IS NOT NULL) AS failed,
-                       count(*) FILTER (WHERE status = 'analysed' AND cause_class IS NULL)
-                           AS healthy
+                       count(*) FILTER (WHERE status = {_sql_str(JobStatus.ANALYSED)}
+                                        AND cause_class IS NULL) AS healthy
                 FROM jobs {self.where}"""
         )[0]
 
@@ -283,7 +286,7 @@ class _Query:
             {"job_id": r["job_id"], "status": r["status"], "error": _why(r)}
             for r in self.rows(
                 f"""SELECT job_id, status, error, notes, skipped_files FROM jobs
-                    {self._and("status IN ('error', 'damaged')")} ORDER BY job_id LIMIT 50"""
+                    {self._and(_NOT_ANALYSED)} ORDER BY job_id LIMIT 50"""
             )
         ]
 

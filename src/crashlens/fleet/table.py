@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FLEET_SCHEMA_VERSION = 2
+
+
+class JobStatus(StrEnum):
+    """What became of a job's analysis: the ``status`` column."""
+
+    ANALYSED = "analysed"  #: read and diagnosed (a failure, or none found)
+    EMPTY = "empty"  #: no log at all (only files that are no logs, or none)
+    DAMAGED = "damaged"  #: no log read whole and nothing failed: the output is damaged
+    ERROR = "error"  #: the job could not be analysed (its ``error`` says why)
+
+
 MARKER = "_fleet.json"
 LOCK = "_fleet.lock"
 _PART = re.compile(r"^part-(\d{6})-([0-9a-f]{12})\.parquet$")

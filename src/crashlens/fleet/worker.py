@@ -33,6 +33,7 @@ from crashlens import slurm
 from crashlens._version import __version__
 from crashlens.errors import CrashlensError, NoInputError
 from crashlens.fleet.jobs import Job, filesystem
+from crashlens.fleet.table import JobStatus
 from crashlens.ingest.discover import Candidate, discover
 from crashlens.model import InputFile, SkipKind
 from crashlens.report import Report
@@ -142,13 +143,15 @@ def analyze_job(job: Job, ctx: WorkerContext) -> JobOutcome:
                 report = session.finish()
             except NoInputError as exc:
                 if _only_non_logs(session):
-                    return _outcome(job, ctx, "empty", None, start)
+                    return _outcome(job, ctx, JobStatus.EMPTY, None, start)
                 # every log was empty or could not be read: the job's output is damaged
-                return _outcome(job, ctx, "damaged", None, start, session=session, note=str(exc))
-        status = "damaged" if not report.failed and _all_damaged(report.inputs) else "analysed"
+                status = JobStatus.DAMAGED
+                return _outcome(job, ctx, status, None, start, session=session, note=str(exc))
+        whole = report.failed or not _all_damaged(report.inputs)
+        status = JobStatus.ANALYSED if whole else JobStatus.DAMAGED
         return _outcome(job, ctx, status, report, start)
     except Exception as exc:  # one job's failure is its row, never the run's
-        return _outcome(job, ctx, "error", None, start, error=_reason(exc))
+        return _outcome(job, ctx, JobStatus.ERROR, None, start, error=_reason(exc))
 
 
 def _reason(exc: BaseException) -> str:
@@ -261,7 +264,7 @@ def when(t: float | None) -> dt.datetime | None:
 def _outcome(
     job: Job,
     ctx: WorkerContext,
-    status: str,
+    status: JobStatus,
     report: Report | None,
     start: float,
     *,
@@ -287,7 +290,7 @@ def _outcome(
 
 
 def base_row(
-    job: Job, ctx: WorkerContext | None, status: str, *, error: str | None
+    job: Job, ctx: WorkerContext | None, status: JobStatus, *, error: str | None
 ) -> dict[str, Any]:
     """The columns every row has, whatever became of the analysis."""
     return {
@@ -424,7 +427,7 @@ def report_name(job_id: str) -> str:
 
 def failed_outcome(job: Job, ctx: WorkerContext | None, reason: str) -> JobOutcome:
     """The error row for a job whose worker never returned (killed, lost)."""
-    return JobOutcome(base_row(job, ctx, "error", error=reason[:MAX_ERROR]), [])
+    return JobOutcome(base_row(job, ctx, JobStatus.ERROR, error=reason[:MAX_ERROR]), [])
 
 
 # -- one context per worker process ----------------------------------------------------------
