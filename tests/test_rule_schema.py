@@ -100,3 +100,35 @@ def test_maintainers_notes_stay_out_of_what_users_read() -> None:
     phrases = ("re-read in source", "Fixture lines", "as posted in", "seen in real logs")
     leaked = [r.id for r in load_rules().rules if any(p in (r.description or "") for p in phrases)]
     assert leaked == []
+
+
+def _enum(node: dict[str, Any]) -> set[str]:
+    return set(node["oneOf"][0]["enum"])
+
+
+def test_the_loader_knows_exactly_the_schemas_fields_and_values() -> None:
+    # one format: the loader's own key sets and value sets are the schema's
+    from crashlens.model import Origin
+    from crashlens.rulebase import load
+
+    detector = SCHEMA["$defs"]["detector"]["oneOf"][1]["properties"]
+    assert load._RULE_KEYS == set(SCHEMA["properties"])
+    assert load._DETECTOR_KEYS == set(detector)
+    assert load._CONDITION_KEYS == set(SCHEMA["$defs"]["condition"]["properties"])
+    assert load._ORIGINS == _enum(detector["origin"]) == set(Origin.__args__)
+    assert load._SOURCES == _enum(detector["sources"])
+
+
+def test_the_docs_show_every_field_of_the_format() -> None:
+    # docs/rules.md's annotated example names each field the schema has, and no other
+    import re
+
+    docs = (Path(__file__).parents[1] / "docs/rules.md").read_text(encoding="utf-8")
+    example = docs.split("```yaml", 1)[1].split("```", 1)[0]
+    top = set(re.findall(r"^([a-z_]+):", example, re.M))
+    nested = set(re.findall(r"^ {2,4}([a-z_]+):", example, re.M))
+    assert top == set(SCHEMA["properties"]) - {"facts"}, top ^ set(SCHEMA["properties"])
+    detector = set(SCHEMA["$defs"]["detector"]["oneOf"][1]["properties"])
+    condition = set(SCHEMA["$defs"]["condition"]["properties"])
+    assert detector | condition <= nested, (detector | condition) - nested
+    assert "facts:" in docs  # fact-only rules have their own section
