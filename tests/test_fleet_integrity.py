@@ -494,3 +494,13 @@ def test_a_table_written_before_the_scheduler_columns_reads_them_as_nulls(tmp_pa
         "queue"
     )
     assert jobs["scheduler_state"].isna().all() and jobs["nodelist"].isna().all()
+    # the summary groups by the new column too, when no part has it
+    for part in sorted((table / "jobs").glob("part-*.parquet")):
+        written = pq.read_table(part)
+        if "nodelist" in written.column_names:
+            pq.write_table(written.drop_columns(["scheduler_state", "nodelist"]), part)
+    from crashlens.fleet.summary import summarize
+
+    failed = int(jobs["cause_class"].notna().sum())
+    groups = summarize(table, by="state")["groups"]
+    assert failed > 0 and [(g["key"], g["jobs"]) for g in groups] == [("(not from SLURM)", failed)]

@@ -112,11 +112,11 @@ def test_the_loader_knows_exactly_the_schemas_fields_and_values() -> None:
     from crashlens.rulebase import load
 
     detector = SCHEMA["$defs"]["detector"]["oneOf"][1]["properties"]
-    assert load._RULE_KEYS == set(SCHEMA["properties"])
-    assert load._DETECTOR_KEYS == set(detector)
-    assert load._CONDITION_KEYS == set(SCHEMA["$defs"]["condition"]["properties"])
+    assert set(SCHEMA["properties"]) == load._RULE_KEYS
+    assert set(detector) == load._DETECTOR_KEYS
+    assert set(SCHEMA["$defs"]["condition"]["properties"]) == load._CONDITION_KEYS
     assert load._ORIGINS == _enum(detector["origin"]) == set(Origin.__args__)
-    assert load._SOURCES == _enum(detector["sources"])
+    assert _enum(detector["sources"]) == load._SOURCES
 
 
 def test_the_docs_show_every_field_of_the_format() -> None:

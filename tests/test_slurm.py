@@ -426,6 +426,10 @@ def test_triage_since_on_the_real_cluster(cluster, tmp_path: Path) -> None:
     if isinstance(started, tuple) and started[0] in rows:
         assert rows[started[0]]["scheduler_state"] == "TIMEOUT"
         assert rows[started[0]]["cause_class"] == "scheduler_kill"
+    from crashlens.fleet.summary import summarize
+
+    by_state = {g["key"]: g for g in summarize(table, by="state")["groups"]}
+    assert by_state["FAILED"]["jobs"] >= 1 and by_state["FAILED"]["top_cause"] == "file_not_found"
     # a second run finds nothing changed
     again = subprocess.run(command, env=cluster.env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and " 0 analysed now" in again.stdout, again.stdout

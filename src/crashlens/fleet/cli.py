@@ -267,7 +267,9 @@ def summary_command(
     ] = None,
     by: Annotated[
         str,
-        typer.Option("--by", help="Group by cause, signature, host, rule, user, queue or week."),
+        typer.Option(
+            "--by", help="Group by cause, signature, host, rule, user, queue, state or week."
+        ),
     ] = "cause",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")

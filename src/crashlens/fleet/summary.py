@@ -21,11 +21,17 @@ from typing import Any
 
 from crashlens.errors import CrashlensError
 from crashlens.fleet.jobs import iso_utc
-from crashlens.fleet.table import FLEET_SCHEMA_VERSION, MARKER, FleetTable, JobStatus
+from crashlens.fleet.table import (
+    ADDED_COLUMNS,
+    FLEET_SCHEMA_VERSION,
+    MARKER,
+    FleetTable,
+    JobStatus,
+)
 from crashlens.render.html import page
 
 FORMATS = ("text", "markdown", "json", "html")
-GROUPINGS = ("cause", "signature", "host", "rule", "user", "queue", "week")
+GROUPINGS = ("cause", "signature", "host", "rule", "user", "queue", "state", "week")
 #: What ``--fail-on`` can make the summary exit 1 for.
 FAIL_ON = ("new-signature", "hardware-host")
 #: Signatures listed (most jobs first); example job ids per signature.
@@ -91,6 +97,9 @@ def _connect(table: Path) -> Any:
         QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY batch DESC) = 1
         """
     )
+    # a table written before a column was added (scheduler_state, nodelist) reads it as nulls
+    for name in ADDED_COLUMNS:
+        con.execute(f'ALTER TABLE latest ADD COLUMN IF NOT EXISTS "{name}" VARCHAR')
     con.execute(
         f"""
         CREATE VIEW jobs AS
@@ -175,6 +184,7 @@ _GROUP_KEYS = {
     "signature": "signature",
     "user": "coalesce(\"user\", '(unknown)')",
     "queue": "coalesce(queue, '(unknown)')",
+    "state": "coalesce(scheduler_state, '(not from SLURM)')",
     "week": "coalesce(strftime(date_trunc('week', job_time), '%Y-%m-%d'), '(unknown)')",
 }
 
@@ -438,6 +448,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]
         "rule": ["rule", "failed jobs", "top cause"],
         "user": ["user", "failed jobs", "top cause"],
         "queue": ["queue", "failed jobs", "top cause"],
+        "state": ["SLURM state", "failed jobs", "top cause"],
         "week": ["week", "jobs", "failed", "top cause"],
     }[by]
     group_rows = [

@@ -119,6 +119,9 @@ EVIDENCE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("text", "string"),
     ("batch", "int64"),
 )
+#: String columns added to the jobs table after schema 2 was first written: a part without
+#: them reads them as nulls (:func:`_conformed`, the summary's view).
+ADDED_COLUMNS = ("scheduler_state", "nodelist")
 #: Columns that depend on where and when a job was read, not on what its logs say.
 RUN_COLUMNS = frozenset(
     {"path", "fingerprint", "last_modified", "analysis_seconds", "analysed_at", "batch", "report"}
