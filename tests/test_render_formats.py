@@ -27,7 +27,7 @@ from rich.console import Console
 from conftest import FIXTURES, ROOT
 from crashlens import __version__, analyze
 from crashlens.errors import CrashlensError
-from crashlens.render import FORMATS, ci, remedy, render, slack, text
+from crashlens.render import FORMATS, ci, common, remedy, render, slack, text
 from crashlens.render import html as html_format
 from crashlens.render import markdown as md_format
 from crashlens.report import Report
@@ -685,8 +685,8 @@ def test_piped_text_is_plain_unwrapped_and_worded(job: str) -> None:
 
 
 def test_sizes_and_plurals_are_worded_for_people() -> None:
-    assert text.human_bytes(512) == "512 bytes" and text.human_bytes(1) == "1 byte"
-    assert text.human_bytes(5_400) == "5.4 KB" and text.human_bytes(34_300_000) == "34.3 MB"
+    assert common.human_bytes(512) == "512 bytes" and common.human_bytes(1) == "1 byte"
+    assert common.human_bytes(5_400) == "5.4 KB" and common.human_bytes(34_300_000) == "34.3 MB"
     assert text.on_ranks([]) == "" and text.on_ranks([0]) == " on rank 0"
     assert text.on_ranks((0, 1)) == " on ranks 0, 1"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import iso, location, plural
+from crashlens.render.common import clean, on_ranks
 from crashlens.render.remedy import to_plain
-from crashlens.render.text import clean, on_ranks
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence

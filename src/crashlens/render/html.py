@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import NoteKind, headline, iso, location, plural
+from crashlens.render.common import clean, rank_list
 from crashlens.render.remedy import is_http_url, to_html
-from crashlens.render.text import clean, rank_list
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence

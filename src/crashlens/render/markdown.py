@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import iso, location, plural
-from crashlens.render.text import clean, on_ranks, rank_list
+from crashlens.render.common import clean, on_ranks, rank_list
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence

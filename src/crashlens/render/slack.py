@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from crashlens.errors import CrashlensError
 from crashlens.model import iso, location, plural
+from crashlens.render.common import clean, cut_words, on_ranks
 from crashlens.render.remedy import to_mrkdwn
-from crashlens.render.text import clean, cut_words, on_ranks
 
 if TYPE_CHECKING:
     from crashlens.report import Report
