@@ -188,3 +188,37 @@ def test_a_traceback_the_log_starts_inside_has_unseen_callers() -> None:
     (chain,) = assemble(tail + "\nDuring handling of the above exception, another exception occurred:\n\n"
                         "Traceback (most recent call last):\n" + tail).done  # fmt: skip
     assert [e.head_lost for e in chain.exceptions] == [True, False]
+
+
+def test_a_traceback_pasted_inside_an_indented_block_keeps_its_exception() -> None:
+    # facebookresearch/access#9 as posted: every line of the traceback carries the block's
+    # indentation, so its exception line is indented too.
+    text = """\
+              Traceback (most recent call last):
+              File "scripts/train.py", line 8, in <module>
+              from access.fairseq.main import fairseq_train_and_evaluate
+              ModuleNotFoundError: No module named 'access'
+"""
+    (tb,) = assemble(text).done
+    assert [(e.type, e.lineno) for e in tb.exceptions] == [("ModuleNotFoundError", 4)]
+    assert tb.exceptions[0].message == "No module named 'access'"
+    assert [(f.file, f.line) for f in tb.exceptions[0].frames] == [("scripts/train.py", 8)]
+
+
+def test_the_margin_is_the_headers_own_and_a_far_indented_header_is_quoted_text() -> None:
+    # CPython's traceback shifted right by four spaces, as a formatter that indents a record's
+    # continuation lines prints it; the next record ends it.
+    shifted = """\
+    Traceback (most recent call last):
+      File "/home/user/train.py", line 6, in <module>
+        labels = batch["labels"]
+                 ~~~~~^^^^^^^^^^
+    KeyError: 'labels'
+2024-05-01 03:14:00,000 INFO next record
+"""
+    (tb,) = assemble(shifted).done
+    assert (tb.exceptions[-1].type, tb.exceptions[-1].message) == ("KeyError", "'labels'")
+    assert tb.exceptions[-1].frames[0].code == 'labels = batch["labels"]'
+    # Deeper than any paste's margin: text quoting a traceback, not one that ended a process.
+    quoted = "\n".join(" " * 30 + line for line in shifted.splitlines()[:5])
+    assert all(t.start_line != 1 for t in assemble(quoted).done)

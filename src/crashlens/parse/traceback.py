@@ -51,6 +51,9 @@ MAX_CODE = 200
 #: CPython 3.11+'s position markers under a source line (``~~~~^^^^``).
 _MARKERS = regex.compile(r"[~^\s]+")
 MAX_MESSAGE_LINES = 60
+#: A traceback header indented by up to this many spaces starts a traceback whose lines share
+#: that margin (a tab or a deeper indent is text quoted inside something else).
+MAX_MARGIN = 24
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
 
@@ -94,6 +97,9 @@ class PartialTraceback:
     prelude: str = ""
     #: Whether its time is its own or the line right before it's (not a stamp from far above).
     timed_close: bool = False
+    #: The header's indentation (a traceback pasted or logged inside an indented block): that
+    #: many leading spaces are the block's margin, removed from its lines before they are read.
+    margin: str = ""
 
     def add_text(self, text: str) -> None:
         self.line_count += 1
@@ -236,6 +242,12 @@ class State(Enum):
     FAULT = "fault"  #: a faulthandler dump
 
 
+def _margin(indent: str) -> bool:
+    """Whether a header indented by ``indent`` starts a traceback: at most one character (a
+    console's stray space), or spaces up to ``MAX_MARGIN`` (the block it was pasted in)."""
+    return len(indent) <= 1 or (len(indent) <= MAX_MARGIN and indent.strip(" ") == "")
+
+
 class TracebackAssembler:
     """A state machine over one rank's lines; completed tracebacks pile up in ``done``."""
 
@@ -264,6 +276,8 @@ class TracebackAssembler:
         if tb.line_count >= MAX_TB_LINES and self.state not in (State.FRAMES, State.MESSAGE):
             self._finish()
             return self._maybe_start(lineno, text)
+        if tb.margin and text.startswith(tb.margin):
+            text = text[len(tb.margin) :]
         taken = self._handlers[self.state](lineno, text)
         if taken:
             tb.add_text(text)
@@ -293,8 +307,11 @@ class TracebackAssembler:
     # -- starting -----------------------------------------------------------------------
     def _maybe_start(self, lineno: int, text: str) -> bool:
         stripped = text.lstrip()
-        if stripped.startswith(TB_HEADER) and len(text) - len(stripped) <= 1:
+        indent = text[: len(text) - len(stripped)]
+        if stripped.startswith(TB_HEADER) and _margin(indent):
             self._start(lineno, text, State.FRAMES)
+            assert self.current is not None
+            self.current.margin = indent if len(indent) > 1 else ""
             return True
         if _BARE_FRAME.match(text):
             # The header was lost (a pasted excerpt): the frames still say it is a traceback.
