@@ -7,6 +7,8 @@ improvement), or when any crashed job would exit 0 or any healthy one exit 1.
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.util
 import json
 import sys
@@ -129,6 +131,17 @@ def test_the_ratchet_holds_every_case_and_every_right_diagnosis() -> None:
     assert any("b is in the baseline" in p for p in accuracy.regressions(shrunk, baseline))
     worse = _results([_outcome("a", "tune", False), _outcome("b", "validation", True)])
     assert any("tune/a: was diagnosed right" in p for p in accuracy.regressions(worse, baseline))
+
+
+def test_a_new_silent_crash_waits_for_its_record_and_a_recorded_case_may_not_go_silent() -> None:
+    before = _results([_outcome("a", "tune", False), _outcome("b", "validation", True)])
+    baseline = accuracy.baseline_of(before)
+    silent_new = dataclasses.replace(_outcome("c", "validation", False), silent=True)
+    grown = _results([*before["tune"]["outcomes"], *before["validation"]["outcomes"], silent_new])
+    assert accuracy.regressions(grown, baseline) == []
+    silent_old = dataclasses.replace(before["tune"]["outcomes"][0], silent=True)
+    worse = _results([silent_old, *before["validation"]["outcomes"]])
+    assert accuracy.regressions(worse, baseline) == ["tune: silent_crashes 1 > baseline 0"]
 
 
 def test_seen_validation_cases_are_reported_apart(results: dict[str, Any]) -> None:
