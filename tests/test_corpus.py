@@ -8,7 +8,6 @@ improvement), or when any crashed job would exit 0 or any healthy one exit 1.
 from __future__ import annotations
 
 import dataclasses
-
 import importlib.util
 import json
 import sys
