@@ -106,3 +106,15 @@ def test_an_srun_label_before_a_traceback_header_is_not_glued_text() -> None:
 def test_nccl_device_index_is_not_a_rank() -> None:
     origin = nccl_origin("node-01:1234:1250 [3] NCCL INFO cudaDriverVersion 12040")
     assert origin is not None and origin.rank is None and origin.host == "node-01"
+
+
+def test_a_module_qualified_exception_type_is_not_a_pdsh_host() -> None:
+    # lucidrains/lightweight-gan#109 as posted: one line, whose dotted type ends in a colon.
+    line = "PIL.UnidentifiedImageError: cannot identify image file '...\\\\Cat\\\\666.jpg'"
+    assert not sniff_style([line]).pdsh
+    assert strip(line, PrefixStyle(pdsh=True))[0] == line
+    # a real pdsh prefix before such a line is still the host
+    text, prefix = strip("node-01.cluster: torch.cuda.OutOfMemoryError: CUDA out of memory.",
+                         PrefixStyle(pdsh=True))  # fmt: skip
+    assert (text, prefix.host) == ("torch.cuda.OutOfMemoryError: CUDA out of memory.",
+                                   "node-01.cluster")  # fmt: skip

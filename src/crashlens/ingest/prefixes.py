@@ -17,7 +17,10 @@ import regex
 _BRACKET = regex.compile(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
 _MPI = regex.compile(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
 _SRUN = regex.compile(r" *(?P<n>\d{1,5}): ")
-_PDSH = regex.compile(r"(?P<host>[A-Za-z][\w\-.]*): ")
+#: A host name, not a (module-qualified) exception type: ``PIL.UnidentifiedImageError: ...``
+#: ends in an exception word, which no host name does.
+_NOT_EXCEPTION = r"(?<!Error)(?<!Exception)(?<!Warning)(?<!Exit)(?<!Interrupt)(?<!Iteration)"
+_PDSH = regex.compile(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r": ")
 _KUBECTL = regex.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
 _LEADING_STAMP = regex.compile(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
@@ -147,7 +150,7 @@ def nccl_origin(text: str) -> Prefix | None:
 
 # -- the fast path's demultiplexer: every line's prefix in one regex pass over bytes ------------
 _B_STAMP = rb"(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? )?"
-_B_PDSH = rb"(?:[A-Za-z][\w\-.]*: )?"
+_B_PDSH = rb"(?:[A-Za-z][\w\-.]*" + _NOT_EXCEPTION.encode() + rb": )?"
 _B_SRUN = rb"(?: *\d{1,5}: )?"
 _B_KUBECTL = rb"\[pod/[^/\]\s]+/[^\]\s]+\] "
 _B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
