@@ -118,3 +118,16 @@ def test_a_module_qualified_exception_type_is_not_a_pdsh_host() -> None:
                          PrefixStyle(pdsh=True))  # fmt: skip
     assert (text, prefix.host) == ("torch.cuda.OutOfMemoryError: CUDA out of memory.",
                                    "node-01.cluster")  # fmt: skip
+
+
+def test_a_shells_own_report_under_a_stamp_makes_the_console_stamped() -> None:
+    # divamgupta/deep-clustering-kingdra#2: a platform stamped every line, bash's included.
+    head = [
+        "2020-11-24 20:18:25.069 Epoch 5/5",
+        "2020-11-24 20:18:25.069 - 24s - loss: 5.9945",
+        "2020-11-24 20:22:28.106 /bin/bash: line 27: 318 Killed sh start.sh",
+    ]
+    style = sniff_style(head)
+    assert style.stamped
+    assert strip(head[2], style)[0] == "/bin/bash: line 27: 318 Killed sh start.sh"
+    assert not sniff_style(head[:2]).stamped

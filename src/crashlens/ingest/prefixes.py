@@ -25,7 +25,11 @@ _KUBECTL = regex.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
 _LEADING_STAMP = regex.compile(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
 )
-_NEEDS_STAMP_STRIP = regex.compile(r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]")
+#: After a leading stamp, text no program stamps itself: an indented line, a traceback, a launcher
+#: prefix, a second stamp, a shell's own report (``/bin/bash: line 27: 318 Killed ...``).
+_NEEDS_STAMP_STRIP = regex.compile(
+    r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
+)
 _NCCL_HOST = regex.compile(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 
 
