@@ -12,18 +12,20 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import regex
+from crashlens import lazyre
 
-_BRACKET = regex.compile(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
-_MPI = regex.compile(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
-_SRUN = regex.compile(r" *(?P<n>\d{1,5}): ")
-_PDSH = regex.compile(r"(?P<host>[A-Za-z][\w\-.]*): ")
-_KUBECTL = regex.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
-_LEADING_STAMP = regex.compile(
+_BRACKET = lazyre.compile_regex(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
+_MPI = lazyre.compile_regex(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
+_SRUN = lazyre.compile_regex(r" *(?P<n>\d{1,5}): ")
+_PDSH = lazyre.compile_regex(r"(?P<host>[A-Za-z][\w\-.]*): ")
+_KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
+_LEADING_STAMP = lazyre.compile_regex(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
 )
-_NEEDS_STAMP_STRIP = regex.compile(r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]")
-_NCCL_HOST = regex.compile(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
+_NEEDS_STAMP_STRIP = lazyre.compile_regex(
+    r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]"
+)
+_NCCL_HOST = lazyre.compile_regex(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ from typing import Any, BinaryIO, Protocol, cast
 
 import zstandard
 
+from crashlens import lazyre
+
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
 MAX_LINE = 16 * 1024
@@ -96,11 +98,11 @@ def sniff(head: bytes) -> tuple[str | None, str]:
 
 #: How each crashlens report begins (render/): re-analysing a directory must not cite them.
 _REPORT_HEADS = (
-    ("json", re.compile(rb'\A\{\s*"schema_version": \d+,\s*"tool": \{\s*"name": "crashlens"')),
-    ("junit", re.compile(rb"\A<\?xml[^>]*>\s*<testsuites name=\"crashlens\"")),
-    ("html", re.compile(rb"\A<!DOCTYPE html>.{0,2000}?<title>crashlens report: ", re.S)),
-    ("markdown", re.compile(rb"\A## \S+ crashlens: ")),
-    ("text", re.compile(rb"\Acrashlens: [^\n]*\n(?:The process|Rank \d+|No failure found)")),
+    ("json", lazyre.compile(rb'\A\{\s*"schema_version": \d+,\s*"tool": \{\s*"name": "crashlens"')),
+    ("junit", lazyre.compile(rb"\A<\?xml[^>]*>\s*<testsuites name=\"crashlens\"")),
+    ("html", lazyre.compile(rb"\A<!DOCTYPE html>.{0,2000}?<title>crashlens report: ", re.S)),
+    ("markdown", lazyre.compile(rb"\A## \S+ crashlens: ")),
+    ("text", lazyre.compile(rb"\Acrashlens: [^\n]*\n(?:The process|Rank \d+|No failure found)")),
 )
 
 

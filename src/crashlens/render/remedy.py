@@ -18,7 +18,9 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 from markdown_it.tree import SyntaxTreeNode
 
-_HTTP = re.compile(r"https?://[^\s<>\"'`]+\Z", re.IGNORECASE)
+from crashlens import lazyre
+
+_HTTP = lazyre.compile(r"https?://[^\s<>\"'`]+\Z", re.IGNORECASE)
 
 
 def is_http_url(url: str) -> bool:

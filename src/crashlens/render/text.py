@@ -14,7 +14,6 @@ terminal.
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from crashlens import lazyre
 from crashlens.model import iso, location, plural
 from crashlens.render.remedy import to_plain
 
@@ -47,7 +47,7 @@ def clean(text: str) -> str:
     return text.translate(_CONTROL)
 
 
-_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
+_ITEM = lazyre.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
 
 
 def rank_list(ranks: list[int]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import regex
 import yaml
 
+from crashlens import lazyre
 from crashlens._version import __version__
 from crashlens.errors import RuleError, RuleErrors
 from crashlens.model import CAUSE_CLASSES
@@ -41,12 +42,12 @@ _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origi
 #: The pattern of a ``flight:`` detector: it never matches a line.
 _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
-_GLOBAL_IGNORECASE = regex.compile(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
+_GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
 _ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
-_ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_FACT_KEY = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FACT_KEY = lazyre.compile_regex(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_RULE_FILE = 1 << 20
 #: Deepest nesting of YAML collections a rule file may use (rules need about four levels).
 MAX_DEPTH = 32
