@@ -128,6 +128,8 @@ def _simple_blocks(lines: list[str]) -> list[tuple[int | None, list[str]]] | Non
         if item is not None:
             if current is not None and in_paragraph and int(item[1]) != 1:
                 return None  # not an item: the paragraph's next line
+            if _OTHER_BLOCK.match(item[2]):
+                return None  # the item holds another block (a quote, a heading, a list)
             if next_number is None:
                 next_number = int(item[1])
             current = [item[2].rstrip(" ")]
