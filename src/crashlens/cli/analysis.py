@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -273,6 +272,8 @@ def _read(
 
 def _read_slurm(session: Session, value: str) -> None:
     """Read what SLURM knows of the jobs in ``value``: their output files and its verdict."""
+    import tempfile
+
     from crashlens import slurm  # only a --slurm run pays for it
     from crashlens.model import Note
 

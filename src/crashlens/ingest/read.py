@@ -14,15 +14,23 @@ import lzma
 import os
 import re
 import stat
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
-import zstandard
-
 from crashlens import lazyre
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged (compressed) file raises: zstandard's error only once a .zst
+    input has imported zstandard (none can be raised before)."""
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, lzma.LZMAError)
+    module = sys.modules.get("zstandard")
+    return (*errors, module.ZstdError) if module is not None else errors
+
 
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
@@ -208,7 +216,7 @@ def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, st
         inner: BinaryIO = _OPENERS[compression](buffered)
         try:
             _, encoding = sniff(inner.peek(8192)[:8192])  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+        except _read_errors() as exc:
             raise NotText(f"corrupt {compression} data ({exc or type(exc).__name__})") from None
         size = os.stat(path).st_size if stdin is None else 0
         # Capped has the reading half of BinaryIO that every reader here uses.
@@ -358,7 +366,7 @@ class Tolerant:
             return b""
         try:
             return fn(size)
-        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+        except _read_errors() as exc:
             self.damage = str(exc) or type(exc).__name__
             return b""
 
@@ -454,7 +462,10 @@ class Unzstd(Gunzip):
     input ending inside a frame is reported, and concatenated frames are read in turn."""
 
     def __init__(self, raw: BinaryIO) -> None:
+        import zstandard  # only a .zst input pays for it
+
         super().__init__(raw)
+        self.zstd = zstandard
         self.frame = zstandard.ZstdDecompressor().decompressobj()
         self.between = True  # no frame begun yet, or the last one ended
 
@@ -470,11 +481,11 @@ class Unzstd(Gunzip):
                 self.between = False
                 try:
                     self.buf += self.frame.decompress(data)
-                except zstandard.ZstdError as exc:
+                except self.zstd.ZstdError as exc:
                     self.error, self.done = exc, True
                     return
                 if not self.frame.eof:
                     break
                 data = self.frame.unused_data
-                self.frame = zstandard.ZstdDecompressor().decompressobj()
+                self.frame = self.zstd.ZstdDecompressor().decompressobj()
                 self.between = True

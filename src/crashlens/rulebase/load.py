@@ -9,7 +9,6 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +96,12 @@ def _construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[str, Any]:
 
 def default_rules_dir() -> Path:
     """The bundled rule base: inside the wheel, or the repository's ``rules/`` when editable."""
-    packaged = Path(str(resources.files("crashlens"))) / "_rules"
+    package = Path(__file__).parent.parent
+    if not package.is_dir():  # not on disk (a zip): as importlib.resources sees it
+        from importlib import resources
+
+        package = Path(str(resources.files("crashlens")))
+    packaged = package / "_rules"
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parents[3] / "rules"
