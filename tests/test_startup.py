@@ -179,6 +179,28 @@ def test_main_and_the_typer_command_give_the_same_answer(
     assert fast.err == result.stderr
 
 
+def test_a_closed_stdout_ends_both_paths_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that went away (``| head``): exit 1 and no "internal error", as typer does."""
+    import errno
+    import io
+
+    from crashlens.cli import app, main
+
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    job = str(FIXTURES / "gpu" / "cuda_oom_single")
+    for run in (lambda: main(["analyze", job]),
+                lambda: app(args=["analyze", job], standalone_mode=False)):  # fmt: skip
+        monkeypatch.setattr(sys, "stdout", Closed())
+        monkeypatch.setattr(sys, "stderr", io.StringIO())
+        with pytest.raises(SystemExit) as exited:
+            run()
+        assert exited.value.code == 1
+        sys.stdout.flush()  # quiet from then on
+
+
 def test_help_and_every_sub_command_still_answer(capsys: pytest.CaptureFixture[str]) -> None:
     from crashlens.cli import main
 

@@ -10,10 +10,11 @@ names of :mod:`crashlens.cli.commands` are still reachable here.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
-from typing import Any
+from typing import IO, Any, TextIO, cast
 
 from crashlens.errors import CrashlensError, ExitCode
 
@@ -101,7 +102,7 @@ def _run(args: list[str]) -> Any:
 
 def _analyze(params: dict[str, Any]) -> int:
     """``analyze`` without typer, ending as typer's command would (Ctrl-C: 130 quietly; end of
-    input: a newline, then "interrupted")."""
+    input: a newline, then "interrupted"; a closed stdout: exit 1, no error)."""
     from crashlens.cli.analysis import CommandExit, analyze_job
 
     try:
@@ -113,4 +114,28 @@ def _analyze(params: dict[str, Any]) -> int:
         raise KeyboardInterrupt from None
     except CommandExit as exc:
         return exc.code
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.stdout = cast(TextIO, _QuietFlush(sys.stdout))
+        sys.stderr = cast(TextIO, _QuietFlush(sys.stderr))
+        sys.exit(1)
     return code
+
+
+class _QuietFlush:
+    """A stream whose flush ignores a broken pipe (the interpreter flushes stdout at exit),
+    as click's ``PacifyFlushWrapper``."""
+
+    def __init__(self, wrapped: IO[Any]) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.wrapped, attr)
