@@ -23,9 +23,6 @@ from typing import Any
 from crashlens import facts
 from crashlens.ingest.read import Readable
 
-#: The engines' modules, imported when a scanner first needs its engine (see TriggerScanner).
-_ENGINE_MODULES = {"hyperscan": "hyperscan", "re2": "re2", "re": "re"}
-
 #: Lines that start multi-line state even when no detector literal is on them.
 STRUCTURAL_TRIGGERS = (
     "Traceback (most recent call last)",
@@ -49,7 +46,8 @@ MAX_LINE_BYTES = 64 * 1024
 MAX_CARRY = 1 << 20
 
 
-#: Scanner engines, fastest first: Hyperscan (the ``fast`` extra), RE2, the stdlib engine.
+#: Scanner engines, fastest first: Hyperscan (the ``fast`` extra), RE2, the stdlib engine; each
+#: is its module's name, imported when a scanner first needs its engine (see TriggerScanner).
 BACKENDS = ("hyperscan", "re2", "re")
 #: Blocks up to this many bytes may be scanned with ``bytes.find`` per literal instead of the
 #: engine, until the scanner has done :data:`FIND_BUDGET` of such work (literals x bytes):
@@ -105,7 +103,7 @@ class TriggerScanner:
     def _compile(self) -> None:
         """Import the engine and compile the literal set for it (once)."""
         exact, folded = (list(x) for x in self.literals)
-        module = importlib.import_module(_ENGINE_MODULES[self.backend])
+        module = importlib.import_module(self.backend)
         if self.backend == "hyperscan":
             self._hs = _hyperscan_db(module, exact, folded)
         else:
