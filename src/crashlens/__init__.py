@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from crashlens._version import __version__
-from crashlens.api import analyze
-from crashlens.report import Report
+
+if TYPE_CHECKING:
+    from crashlens.api import analyze
+    from crashlens.fleet import triage
+    from crashlens.report import Report
 
 __all__ = ["Report", "__version__", "analyze", "triage"]
 
+#: Names of the package, from the modules that define them, imported on first use: the
+#: command line imports only what its command needs, and ``crashlens.triage`` (fleet triage)
+#: keeps ``import crashlens`` free of the fleet extra's packages.
+_LAZY = {"analyze": "crashlens.api", "Report": "crashlens.report", "triage": "crashlens.fleet"}
+
 
 def __getattr__(name: str) -> Any:
-    """``crashlens.triage`` (fleet triage), imported on first use: ``import crashlens`` stays
-    free of the fleet extra's packages."""
-    if name == "triage":
-        from crashlens.fleet import triage
-
-        return triage
-    raise AttributeError(f"module 'crashlens' has no attribute '{name}'")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'crashlens' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

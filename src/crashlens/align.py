@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -156,6 +155,8 @@ def estimate_skew(
         shared = [(k, g) for k, g in groups.items() if host in g and ref in g]
         if not shared:
             continue
+        import statistics  # only logs of several hosts get here
+
         diffs = [statistics.median(g[host]) - statistics.median(g[ref]) for _, g in shared]
         spread = [(max(g[host]) - min(g[host]) + max(g[ref]) - min(g[ref])) / 2 for _, g in shared]
         times = [t for _, g in shared for t in (*g[host], *g[ref])]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -117,6 +116,8 @@ def _tool_table(path: Path) -> dict[str, Any] | None:
     Raises:
         ConfigError: for a file that is not valid TOML or too large.
     """
+    import tomllib  # only a pyproject.toml found walking up is read
+
     shown = os.fspath(path)
     try:
         if path.stat().st_size > MAX_PYPROJECT_BYTES:

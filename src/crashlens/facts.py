@@ -18,6 +18,7 @@ from typing import Any
 
 import regex
 
+from crashlens import lazyre
 from crashlens.model import Fact
 
 #: A dotted version as printed by pip, collect_env or a banner (``2.1.2+cu121``, ``0.12.6``).
@@ -164,8 +165,9 @@ EXTRACTORS: tuple[tuple[str, str], ...] = (
 
 @functools.cache
 def _compiled() -> tuple[tuple[str, Any], ...]:
-    """The extractors compiled, on the first line that holds a trigger (not at import)."""
-    return tuple((trigger, regex.compile(pattern)) for trigger, pattern in EXTRACTORS)
+    """The extractors, each compiled on the first line that holds its trigger (not at
+    import, nor all at once)."""
+    return tuple((trigger, lazyre.compile_regex(pattern)) for trigger, pattern in EXTRACTORS)
 
 
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(trigger for trigger, _ in EXTRACTORS))
@@ -263,4 +265,4 @@ def version_tuple(value: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in m.group(0).split("."))
 
 
-_VERSION_PREFIX = regex.compile(r"\d{1,9}(?:\.\d{1,9}){0,5}")
+_VERSION_PREFIX = lazyre.compile_regex(r"\d{1,9}(?:\.\d{1,9}){0,5}")

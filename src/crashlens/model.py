@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
+from crashlens import lazyre
 from crashlens.provenance import is_user_path, launched_script
 
 if TYPE_CHECKING:
@@ -708,7 +709,7 @@ def iso(t: float | None) -> str | None:
     )
 
 
-_EMBEDDED_FRAME = re.compile(
+_EMBEDDED_FRAME = lazyre.compile(
     r'^\s*File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M
 )
 
@@ -775,11 +776,11 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_RULE_LINE = re.compile(r"^\s*(?:[=\-]{3,}\s*)?$")
-_EXCEPTION_LINE = re.compile(
+_RULE_LINE = lazyre.compile(r"^\s*(?:[=\-]{3,}\s*)?$")
+_EXCEPTION_LINE = lazyre.compile(
     r"^\s*(?:traceback\s*:\s*)?(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*?)\s*$"
 )
-_SUMMARY_FIELD = re.compile(r"^\s*(?P<key>rank|host|exitcode)\s*:\s*(?P<value>\S+)")
+_SUMMARY_FIELD = lazyre.compile(r"^\s*(?P<key>rank|host|exitcode)\s*:\s*(?P<value>\S+)")
 
 
 def exception_text(exc: ExceptionInfo) -> str:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal, Protocol
 
+from crashlens import lazyre
+
 Provenance = Literal["user", "library", "stdlib", "other"]
 
 #: Import names of distributions a training job's tracebacks pass through. A path whose
@@ -152,7 +154,7 @@ KNOWN_PACKAGES = frozenset(
 #: Directories that hold installed packages.
 _INSTALL_DIRS = frozenset({"site-packages", "dist-packages", ".eggs", "__pypackages__"})
 #: A Python version directory (``python3.11``, ``python3.8``, ``python312`` on Windows).
-_PYTHON_DIR = re.compile(r"python\d(?:\.?\d+)?t?$", re.IGNORECASE)
+_PYTHON_DIR = lazyre.compile(r"python\d(?:\.?\d+)?t?$", re.IGNORECASE)
 #: Sources that are a package's compiled or generated code, never a user's script.
 _NATIVE_SUFFIXES = (".pxi", ".pyx", ".pxd", ".so", ".pyd", ".c", ".cc", ".cpp", ".cu", ".h")
 #: Pseudo-files: what the interpreter runs from memory.

@@ -14,10 +14,11 @@ import string
 from collections.abc import Callable
 
 from crashlens import facts as facts_mod
+from crashlens import lazyre
 from crashlens.model import Frame, Match
 
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-_ASIDE = re.compile(r" ?\(([^()]*)\)")
+_PLACEHOLDER = lazyre.compile(r"\{(\w+)\}")
+_ASIDE = lazyre.compile(r" ?\(([^()]*)\)")
 
 
 def remediation(m: Match, environment: dict[str, str], frame: Frame | None = None) -> str:
@@ -99,12 +100,12 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 
 #: A CommonMark code span: a run of backticks, its content, a run of the same length.
-_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+_CODE_SPAN = lazyre.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 #: What makes a value markup somewhere: Markdown/HTML punctuation, entities, links and
 #: autolinks, mentions, math, emoji codes; or a block marker at its start.
-_MARKUP = re.compile(r"[\\`*_\[\]<>&~|@$]|://|www\.|:[\w+-]+:")
-_BLOCK_START = re.compile(r"\s*(?:[#>+=-]+|\d{1,9}[.)])(?:\s|$)")
-_BACKTICK_RUN = re.compile(r"`+")
+_MARKUP = lazyre.compile(r"[\\`*_\[\]<>&~|@$]|://|www\.|:[\w+-]+:")
+_BLOCK_START = lazyre.compile(r"\s*(?:[#>+=-]+|\d{1,9}[.)])(?:\s|$)")
+_BACKTICK_RUN = lazyre.compile(r"`+")
 
 
 def md_value(value: str) -> str:
@@ -156,9 +157,9 @@ def _format(text: str, values: dict[str, str], convert: Callable[[str], str]) ->
     return "".join(out)
 
 
-_ITEM = re.compile(r"(?:\d+\.|[-*]) ")
+_ITEM = lazyre.compile(r"(?:\d+\.|[-*]) ")
 #: Spaces an aside left before a comma or a full stop when it was dropped.
-_SPACE_BEFORE_STOP = re.compile(r"(?:[ \t]*\n[ \t]*|[ \t]+)(?=[,.;:](?:\s|$))")
+_SPACE_BEFORE_STOP = lazyre.compile(r"(?:[ \t]*\n[ \t]*|[ \t]+)(?=[,.;:](?:\s|$))")
 #: Words that join a clause to the one before it: left first when that one is dropped.
 _JOINERS = ("or ", "and ", "but ", "then ", "so ", "else ")
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import functools
 import itertools
-import multiprocessing
 import os
 import stat
 import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 from crashlens._version import __version__
 from crashlens.align import align, frame_of
@@ -139,10 +140,13 @@ class ForkRunner:
             self.workers < 2
             or (len(readable) < 2 and not split)
             or sum(sizes.values()) < self.min_bytes
-            or "fork" not in multiprocessing.get_all_start_methods()
+            or not _can_fork()
         ):
             yield from SequentialRunner().read(session, candidates, progress)
             return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(
             max_workers=self.workers,
@@ -166,6 +170,14 @@ class ForkRunner:
                     else None
                 )
                 yield session.read_candidate(cand, index, progress, indexer)
+
+
+def _can_fork() -> bool:
+    """Whether worker processes can be forked here (multiprocessing is imported only when a
+    job is big enough to want them)."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 class _RangeIndexer:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 
+from crashlens import lazyre
 from crashlens.model import CUT_TRACEBACK, Cause, ExceptionInfo, Traceback, evidence_order
 
 #: Characters of a normalised message kept in a signature (the rest rarely tells crashes apart).
@@ -62,8 +63,8 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-_ORIGINAL = re.compile(r"^\s*Original Traceback \(most recent call last\):")
-_RAISED = re.compile(
+_ORIGINAL = lazyre.compile(r"^\s*Original Traceback \(most recent call last\):")
+_RAISED = lazyre.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)): (?P<message>.*)$"
 )
 

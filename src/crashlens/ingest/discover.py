@@ -14,20 +14,23 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import regex
-
+from crashlens import lazyre
 from crashlens.model import Skip, SkipKind, Source, SourceKind
 
-_RANK_IN_NAME = regex.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(\d+)(?!\d)")
-_TORCHRUN_TREE = regex.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
-_SLURM_TASK = regex.compile(r"slurm-\d+_(\d+)\.(?:out|err|log)$")
-_HOST_DIR = regex.compile(r"(?i)^(?:node|host|worker|gpu|compute|nid)[\w\-]*?\d+[\w\-]*$")
-_HOST_IN_NAME = regex.compile(r"(?i)(?:^|[_\-.])((?:node|host|worker|nid)[\-_]?\d+)(?=$|[_\-.])")
-_KERNEL_NAME = regex.compile(r"(?i)(?:^|[_\-.])(dmesg|kern\.log|kernel|syslog|messages|journal)")
-_ERROR_JSON = regex.compile(r"(?i)error[\w\-]*\.json$")
+_RANK_IN_NAME = lazyre.compile_regex(r"(?i)(?:^|[^a-z])rank[_\-.]?(\d+)(?!\d)")
+_TORCHRUN_TREE = lazyre.compile_regex(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
+_SLURM_TASK = lazyre.compile_regex(r"slurm-\d+_(\d+)\.(?:out|err|log)$")
+_HOST_DIR = lazyre.compile_regex(r"(?i)^(?:node|host|worker|gpu|compute|nid)[\w\-]*?\d+[\w\-]*$")
+_HOST_IN_NAME = lazyre.compile_regex(
+    r"(?i)(?:^|[_\-.])((?:node|host|worker|nid)[\-_]?\d+)(?=$|[_\-.])"
+)
+_KERNEL_NAME = lazyre.compile_regex(
+    r"(?i)(?:^|[_\-.])(dmesg|kern\.log|kernel|syslog|messages|journal)"
+)
+_ERROR_JSON = lazyre.compile_regex(r"(?i)error[\w\-]*\.json$")
 #: A Flight Recorder dump saved with a suffix: the prefix, the rank, ``.pkl`` / ``.pickle``.
-_FLIGHT_DUMP = regex.compile(r"(?i)(?:trace|fr|flight)[\w\-]*?\d+\.(?:pkl|pickle)$")
-_SCHEDULER_NAME = regex.compile(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
+_FLIGHT_DUMP = lazyre.compile_regex(r"(?i)(?:trace|fr|flight)[\w\-]*?\d+\.(?:pkl|pickle)$")
+_SCHEDULER_NAME = lazyre.compile_regex(r"(?i)^(?:slurmd|slurmctld|slurmstepd|kubelet|events)")
 #: Files a job directory holds that are not logs: docs, configs, code, weights, images.
 NOT_LOG_SUFFIXES = frozenset(
     [

@@ -24,6 +24,7 @@ from typing import Any
 
 import regex
 
+from crashlens import lazyre
 from crashlens.model import CollectiveCall, FlightDump, Frame
 from crashlens.provenance import is_user_path
 
@@ -32,8 +33,10 @@ MAX_DUMP_BYTES = 256 << 20
 #: The newest format version this reader knows (torch 2.13 writes "2.10").
 KNOWN_VERSION = (2, 10)
 
-_RANK_SUFFIX = regex.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
-_JSON_HEAD = regex.compile(rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version)"')
+_RANK_SUFFIX = lazyre.compile_regex(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+_JSON_HEAD = lazyre.compile_regex(
+    rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version)"'
+)
 
 
 class DumpRefused(ValueError):

@@ -12,25 +12,25 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import regex
+from crashlens import lazyre
 
-_BRACKET = regex.compile(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
-_MPI = regex.compile(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
-_SRUN = regex.compile(r" *(?P<n>\d{1,5}): ")
+_BRACKET = lazyre.compile_regex(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
+_MPI = lazyre.compile_regex(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
+_SRUN = lazyre.compile_regex(r" *(?P<n>\d{1,5}): ")
 #: A host name, not a (module-qualified) exception type: ``PIL.UnidentifiedImageError: ...``
 #: ends in an exception word, which no host name does.
 _NOT_EXCEPTION = r"(?<!Error)(?<!Exception)(?<!Warning)(?<!Exit)(?<!Interrupt)(?<!Iteration)"
-_PDSH = regex.compile(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r": ")
-_KUBECTL = regex.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
-_LEADING_STAMP = regex.compile(
+_PDSH = lazyre.compile_regex(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r": ")
+_KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
+_LEADING_STAMP = lazyre.compile_regex(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
 )
 #: After a leading stamp, text no program stamps itself: an indented line, a traceback, a launcher
 #: prefix, a second stamp, a shell's own report (``/bin/bash: line 27: 318 Killed ...``).
-_NEEDS_STAMP_STRIP = regex.compile(
+_NEEDS_STAMP_STRIP = lazyre.compile_regex(
     r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
 )
-_NCCL_HOST = regex.compile(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
+_NCCL_HOST = lazyre.compile_regex(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,23 @@ import lzma
 import os
 import re
 import stat
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
-import zstandard
+from crashlens import lazyre
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged (compressed) file raises: zstandard's error only once a .zst
+    input has imported zstandard (none can be raised before)."""
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, lzma.LZMAError)
+    module = sys.modules.get("zstandard")
+    return (*errors, module.ZstdError) if module is not None else errors
+
 
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
@@ -96,11 +106,11 @@ def sniff(head: bytes) -> tuple[str | None, str]:
 
 #: How each crashlens report begins (render/): re-analysing a directory must not cite them.
 _REPORT_HEADS = (
-    ("json", re.compile(rb'\A\{\s*"schema_version": \d+,\s*"tool": \{\s*"name": "crashlens"')),
-    ("junit", re.compile(rb"\A<\?xml[^>]*>\s*<testsuites name=\"crashlens\"")),
-    ("html", re.compile(rb"\A<!DOCTYPE html>.{0,2000}?<title>crashlens report: ", re.S)),
-    ("markdown", re.compile(rb"\A## \S+ crashlens: ")),
-    ("text", re.compile(rb"\Acrashlens: [^\n]*\n(?:The process|Rank \d+|No failure found)")),
+    ("json", lazyre.compile(rb'\A\{\s*"schema_version": \d+,\s*"tool": \{\s*"name": "crashlens"')),
+    ("junit", lazyre.compile(rb"\A<\?xml[^>]*>\s*<testsuites name=\"crashlens\"")),
+    ("html", lazyre.compile(rb"\A<!DOCTYPE html>.{0,2000}?<title>crashlens report: ", re.S)),
+    ("markdown", lazyre.compile(rb"\A## \S+ crashlens: ")),
+    ("text", lazyre.compile(rb"\Acrashlens: [^\n]*\n(?:The process|Rank \d+|No failure found)")),
 )
 
 
@@ -206,7 +216,7 @@ def open_binary(path: Path, stdin: BinaryIO | None = None) -> tuple[BinaryIO, st
         inner: BinaryIO = _OPENERS[compression](buffered)
         try:
             _, encoding = sniff(inner.peek(8192)[:8192])  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+        except _read_errors() as exc:
             raise NotText(f"corrupt {compression} data ({exc or type(exc).__name__})") from None
         size = os.stat(path).st_size if stdin is None else 0
         # Capped has the reading half of BinaryIO that every reader here uses.
@@ -356,7 +366,7 @@ class Tolerant:
             return b""
         try:
             return fn(size)
-        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+        except _read_errors() as exc:
             self.damage = str(exc) or type(exc).__name__
             return b""
 
@@ -452,7 +462,10 @@ class Unzstd(Gunzip):
     input ending inside a frame is reported, and concatenated frames are read in turn."""
 
     def __init__(self, raw: BinaryIO) -> None:
+        import zstandard  # only a .zst input pays for it
+
         super().__init__(raw)
+        self.zstd = zstandard
         self.frame = zstandard.ZstdDecompressor().decompressobj()
         self.between = True  # no frame begun yet, or the last one ended
 
@@ -468,11 +481,11 @@ class Unzstd(Gunzip):
                 self.between = False
                 try:
                     self.buf += self.frame.decompress(data)
-                except zstandard.ZstdError as exc:
+                except self.zstd.ZstdError as exc:
                     self.error, self.done = exc, True
                     return
                 if not self.frame.eof:
                     break
                 data = self.frame.unused_data
-                self.frame = zstandard.ZstdDecompressor().decompressobj()
+                self.frame = self.zstd.ZstdDecompressor().decompressobj()
                 self.between = True

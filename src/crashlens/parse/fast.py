@@ -6,22 +6,20 @@ the writer's ring. A writer whose open state needs its next lines (a traceback b
 first timestamp not yet seen, a handled-or-fatal verdict still open) gets them fed one by one,
 the others do not; so a 64-rank console costs about what 64 per-rank files cost.
 
-The per-line work of an interleaved block is array arithmetic over its key ids (numpy): counts
-per writer, and each writer's last quiet lines, taken once per block or just before the
-writer's ring is read (:meth:`FastPath.settle`).
+The per-line work of an interleaved block is array arithmetic over its key ids
+(:mod:`crashlens.parse.keyed`: numpy for big blocks): counts per writer, and each writer's last
+quiet lines, taken once per block or just before the writer's ring is read
+(:meth:`FastPath.settle`).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import BlockIndex
+from crashlens.parse.keyed import BlockKeys, block_keys
 from crashlens.parse.state import RING, Stream
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
 
 
 class LineParser(Protocol):
@@ -41,19 +39,6 @@ class LineParser(Protocol):
     def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
 
 
-class _LazyNumpy:
-    """numpy, imported the first time a block has prefixes (a one-writer job never pays it)."""
-
-    def __getattr__(self, name: str) -> Any:
-        module = importlib.import_module("numpy")
-        globals()["np"] = module
-        return getattr(module, name)
-
-
-if not TYPE_CHECKING:
-    np = _LazyNumpy()
-
-
 class FastPath:
     """Takes one file's indexed blocks for its parser (a :class:`LineParser`)."""
 
@@ -64,10 +49,8 @@ class FastPath:
         self._block = b""
         self._base = 0
         self._streams: list[Stream] = []
-        self._ids: np.ndarray | None = None
-        self._skimmed: np.ndarray | None = None
-        self._ends: np.ndarray | None = None
-        self._by_key: tuple[np.ndarray, np.ndarray] | None = None
+        #: The block's key ids per line; None when no line has a prefix.
+        self._keys: BlockKeys | None = None
         #: Streams (by id) with skimmed lines in this block their ring has not taken yet.
         self.pending: dict[int, Stream] = {}
         #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
@@ -91,12 +74,10 @@ class FastPath:
     def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
         self._block, self._base = block, lineno
         if index.keys is None:
-            self._ids = None
+            self._keys = None
             return
         self._streams = [self._key_stream(key) for key in index.key_table]
-        self._ids = np.frombuffer(index.keys, dtype=np.uint32)
-        self._skimmed = np.zeros(index.lines, dtype=bool)
-        self._ends = self._by_key = None
+        self._keys = block_keys(index.keys, index.lines, block, len(self._streams), RING)
 
     def _end_block(self) -> None:
         if self.pending:
@@ -104,13 +85,13 @@ class FastPath:
         self.pending.clear()
         self._taken.clear()
         self._block = b""
-        self._ids = self._skimmed = self._ends = self._by_key = None
+        self._keys = None
 
     # -- quiet runs ---------------------------------------------------------------------
     def _quiet(self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int) -> int:
         if start >= end:
             return lineno
-        if self._ids is None:
+        if self._keys is None:
             return self._quiet_single(block, start, end, stop - line, lineno)
         return self._quiet_demux(block, start, end, line, stop, lineno)
 
@@ -143,38 +124,35 @@ class FastPath:
         self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int
     ) -> int:
         """Interleaved writers: each line is the writer's its prefix names."""
-        assert self._ids is not None and self._skimmed is not None
+        keys = self._keys
+        assert keys is not None
         parser, streams = self.parser, self._streams
-        ids = self._ids[line:stop]
-        counts = np.bincount(ids, minlength=len(streams))
-        present = np.flatnonzero(counts).tolist()
+        counts = keys.counts(line, stop)
+        present = [i for i, count in enumerate(counts) if count]
         wanting = {i for i in present if streams[i].wants_lines()}
         glanced: dict[int, int] = {}
-        skimmed = self._skimmed
-        skimmed[line:stop] = True
+        keys.skim(line, stop)
         if wanting:
             # Only the wanting writers' lines are visited, in file order.
-            mask = ids == next(iter(wanting)) if len(wanting) == 1 else np.isin(ids, list(wanting))
-            ends = self._line_ends()
-            for j in (np.flatnonzero(mask) + line).tolist():
-                i = int(self._ids[j])
+            for j in keys.wanted(line, stop, wanting):
+                i = keys.key(j)
                 if i not in wanting:
                     continue
-                begin = int(ends[j - 1]) + 1 if j else 0
+                begin, finish = keys.span(j)
                 if streams[i].observing_only():
                     # Glanced at for what open state waits for; the line stays skimmed.
-                    parser.glance(streams[i], block[begin : int(ends[j])], self._base + j + 1)
+                    parser.glance(streams[i], block[begin:finish], self._base + j + 1)
                     glanced[i] = glanced.get(i, 0) + 1
                 else:
-                    parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1)
-                    skimmed[j] = False
+                    parser.feed_raw(block[begin:finish], self._base + j + 1)
+                    keys.unskim(j)
                     counts[i] -= 1
                 if not streams[i].wants_lines():
                     wanting.discard(i)
                     if not wanting:
                         break
-        n = len(ids)
-        parser.lines += int(counts.sum())
+        n = stop - line
+        parser.lines += sum(counts)
         parser.last_lineno = lineno + n
         for i, n_glanced in glanced.items():
             streams[i].lines -= n_glanced  # counted with the quiet lines below
@@ -182,12 +160,12 @@ class FastPath:
         for i in present:
             if counts[i]:
                 stream = streams[i]
-                stream.lines += int(counts[i])
+                stream.lines += counts[i]
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
                     if nccl is None:  # one scan of the range for every writer that hunts
                         nccl = self._nccl_lines(block, start, end, line)
-                    self._hunt_pid(stream, i, block, nccl, int(counts[i]))
+                    self._hunt_pid(stream, i, block, nccl, counts[i])
         return lineno + n
 
     @staticmethod
@@ -211,10 +189,10 @@ class FastPath:
         self, stream: Stream, i: int, block: bytes, nccl: list[tuple[int, int, int]], n: int
     ) -> None:
         """A writer with no pid yet takes the one of its first NCCL line here."""
-        assert self._ids is not None
-        ids = self._ids
+        keys = self._keys
+        assert keys is not None
         for lines, line_start, line_end in nccl:
-            if ids[lines] == i and stream.learn_pid(block[line_start:line_end]):
+            if keys.key(lines) == i and stream.learn_pid(block[line_start:line_end]):
                 return
         stream.pid_budget -= n
 
@@ -236,71 +214,44 @@ class FastPath:
         if id(stream) in self.pending:
             self._take_tail(stream, lineno - 1 - self._base)
 
-    def _line_ends(self) -> np.ndarray:
-        """Offsets of the current block's newlines (line ``j`` ends at ``ends[j]``)."""
-        if self._ends is None:
-            self._ends = np.flatnonzero(np.frombuffer(self._block, dtype=np.uint8) == 10)
-        return self._ends
-
-    def _key_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """The block's line indexes sorted by key id (stable), and each id's bounds in it."""
-        if self._by_key is None:
-            assert self._ids is not None
-            order = np.argsort(self._ids, kind="stable")
-            bounds = np.searchsorted(self._ids[order], np.arange(len(self._streams) + 1))
-            self._by_key = (order, bounds)
-        return self._by_key
-
-    def _lines_of(self, i: int) -> np.ndarray:
-        """The block's line indexes with key id ``i``, ascending."""
-        order, bounds = self._key_order()
-        return order[bounds[i] : bounds[i + 1]]
-
     def _take_tails(self) -> None:
         """At the end of a block: every pending stream's last skimmed lines, in one pass."""
-        assert self._ids is not None and self._skimmed is not None
-        order, bounds = self._key_order()
-        skimmed = self._skimmed
+        keys = self._keys
+        assert keys is not None
         picked: dict[int, list[int]] = {}
         for i, stream in enumerate(self._streams):
             if id(stream) not in self.pending:
                 continue
             first = self._taken.get(id(stream), 0)
-            mine = order[bounds[i] : bounds[i + 1]]
-            mine = mine[np.searchsorted(mine, first) :]
-            picked.setdefault(id(stream), []).extend(mine[skimmed[mine]][-RING:].tolist())
-        ends = self._line_ends().tolist()
+            picked.setdefault(id(stream), []).extend(keys.tail(i, first, None))
         block, base, style = self._block, self._base, self.parser.style
         for key, lines in picked.items():
             if not lines:
                 continue
             lines.sort()
-            tail = [
-                (base + j + 1, block[(ends[j - 1] + 1 if j else 0) : ends[j]])
-                for j in lines[-RING:]
-            ]
+            tail = []
+            for j in lines[-RING:]:
+                begin, finish = keys.span(j)
+                tail.append((base + j + 1, block[begin:finish]))
             self.pending[key].ring.extend_raw(tail, style)
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
         """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
-        assert self._skimmed is not None
+        keys = self._keys
+        assert keys is not None
         self.pending.pop(id(stream), None)
         first = self._taken.get(id(stream), 0)
         self._taken[id(stream)] = upto
         picked: list[int] = []
         for i, s in enumerate(self._streams):
-            if s is not stream:
-                continue
-            mine = self._lines_of(i)
-            mine = mine[np.searchsorted(mine, first) : np.searchsorted(mine, upto)]
-            picked.extend(mine[self._skimmed[mine]][-RING:].tolist())
+            if s is stream:
+                picked.extend(keys.tail(i, first, upto))
         if not picked:
             return
         picked.sort()
-        ends = self._line_ends()
         block, base = self._block, self._base
         tail = []
         for j in picked[-RING:]:
-            begin = int(ends[j - 1]) + 1 if j else 0
-            tail.append((base + j + 1, block[begin : int(ends[j])]))
+            begin, finish = keys.span(j)
+            tail.append((base + j + 1, block[begin:finish]))
         stream.ring.extend_raw(tail, self.parser.style)

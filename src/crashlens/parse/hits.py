@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-import regex
-
+from crashlens import lazyre
 from crashlens.model import Evidence, Hit, Roles, Source, exception_origin, exception_text
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
@@ -20,11 +19,11 @@ from crashlens.parse.traceback import PartialTraceback
 from crashlens.ruletypes import Detector, Rule, RuleSet
 
 CONTEXT = 3
-_LINE_RANK = regex.compile(
+_LINE_RANK = lazyre.compile_regex(
     r"\[(?:PG ID 0 PG GUID 0(?:\([^)]*\))? |PG 0 (?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]"
 )
 MAX_HITS_PER_DETECTOR = 20
-_SYSLOG_HOST = regex.compile(
+_SYSLOG_HOST = lazyre.compile_regex(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
 

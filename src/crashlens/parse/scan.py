@@ -12,6 +12,9 @@ last fallback. benchmarks/run.py measures each.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -19,16 +22,6 @@ from typing import Any
 
 from crashlens import facts
 from crashlens.ingest.read import Readable
-
-try:  # pragma: no cover - exercised in whichever environment runs the tests
-    import re2 as _re2
-except ImportError:  # pragma: no cover
-    _re2 = None
-_hyperscan: Any
-try:  # pragma: no cover
-    import hyperscan as _hyperscan
-except ImportError:  # pragma: no cover
-    _hyperscan = None
 
 #: Lines that start multi-line state even when no detector literal is on them.
 STRUCTURAL_TRIGGERS = (
@@ -53,16 +46,22 @@ MAX_LINE_BYTES = 64 * 1024
 MAX_CARRY = 1 << 20
 
 
-#: Scanner engines, fastest first: Hyperscan (the ``fast`` extra), RE2, the stdlib engine.
+#: Scanner engines, fastest first: Hyperscan (the ``fast`` extra), RE2, the stdlib engine; each
+#: is its module's name, imported when a scanner first needs its engine (see TriggerScanner).
 BACKENDS = ("hyperscan", "re2", "re")
+#: Blocks up to this many bytes may be scanned with ``bytes.find`` per literal instead of the
+#: engine, until the scanner has done :data:`FIND_BUDGET` of such work (literals x bytes):
+#: about what compiling the engine's database costs (some milliseconds), so a small job never
+#: compiles it and a big one compiles it at once.
+SMALL_BLOCK = 16 * 1024
+FIND_BUDGET = 8_000_000
 
 
+@functools.cache
 def available_backends() -> tuple[str, ...]:
     """The scanner engines this installation can use, fastest first."""
     return tuple(
-        name
-        for name, module in zip(BACKENDS, (_hyperscan, _re2, re), strict=True)
-        if module is not None
+        name for name in BACKENDS if name == "re" or importlib.util.find_spec(name) is not None
     )
 
 
@@ -71,7 +70,9 @@ class TriggerScanner:
 
     Hyperscan matches the literal set with SIMD at close to a GB/s per core; RE2 runs the
     alternation as a DFA; the stdlib engine is the fallback. All three find the same lines
-    (tests/test_prefilter.py checks them against each other).
+    (tests/test_prefilter.py checks them against each other). The engine is imported and its
+    database compiled when a block first needs it: small blocks are looked through with
+    ``bytes.find``, which finds the same lines (tests/test_startup.py), while that is cheaper.
     """
 
     def __init__(
@@ -88,18 +89,37 @@ class TriggerScanner:
         self.backend = backend or os.environ.get("CRASHLENS_SCANNER") or available_backends()[0]
         if self.backend not in available_backends():
             raise ValueError(f"scanner backend {self.backend!r} is not installed")
+        self._compiled = False
         self._hs: Any = None
+        self.pattern: Any = None
+        self._find: tuple[list[bytes], list[bytes]] | None = None
+        encoded = ([x.encode("utf-8") for x in exact], [x.encode("utf-8").lower() for x in folded])
+        # A scanner asked for by engine (tests, benchmarks) always uses it.
+        plain = all(x and b"\n" not in x for x in (*encoded[0], *encoded[1]))
+        if backend is None and plain and (exact or folded):
+            self._find = encoded
+        self._find_left = FIND_BUDGET
+
+    def _compile(self) -> None:
+        """Import the engine and compile the literal set for it (once)."""
+        exact, folded = (list(x) for x in self.literals)
+        module = importlib.import_module(self.backend)
         if self.backend == "hyperscan":
-            self._hs = _hyperscan_db(exact, folded)
-            self.pattern: Any = None
-            return
-        parts = [re.escape(lit) for lit in exact]
-        parts += [f"(?i:{re.escape(lit)})" for lit in folded]
-        pattern = "|".join(parts).encode("utf-8")
-        self.pattern = (_re2 if self.backend == "re2" else re).compile(pattern)
+            self._hs = _hyperscan_db(module, exact, folded)
+        else:
+            parts = [re.escape(lit) for lit in exact]
+            parts += [f"(?i:{re.escape(lit)})" for lit in folded]
+            self.pattern = module.compile("|".join(parts).encode("utf-8"))
+        self._compiled = True
 
     def line_starts(self, block: bytes) -> list[int]:
         """Sorted, unique start offsets of the lines holding a trigger."""
+        if not self._compiled:
+            work = (len(block) + 256) * (len(self.literals[0]) + len(self.literals[1]))
+            if self._find is not None and len(block) <= SMALL_BLOCK and work <= self._find_left:
+                self._find_left -= work
+                return _find_line_starts(block, *self._find)
+            self._compile()
         if self._hs is not None:
             return self._hs_line_starts(block)
         starts: list[int] = []
@@ -128,15 +148,30 @@ class TriggerScanner:
         return starts
 
 
+def _find_line_starts(block: bytes, exact: list[bytes], folded: list[bytes]) -> list[int]:
+    """The start offsets of the lines of ``block`` holding any of ``exact``, or any of
+    ``folded`` in ASCII case (lower-cased), by ``bytes.find``; no literal holds a newline."""
+    starts: set[int] = set()
+    for literals, text in ((exact, block), (folded, block.lower() if folded else block)):
+        for literal in literals:
+            at = text.find(literal)
+            while at >= 0:
+                starts.add(text.rfind(b"\n", 0, at) + 1)
+                line_end = text.find(b"\n", at)
+                if line_end < 0:
+                    break
+                at = text.find(literal, line_end + 1)
+    return sorted(starts)
+
+
 def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
     ends.append(end)
 
 
-def _hyperscan_db(exact: list[str], folded: list[str]) -> Any:
-    assert _hyperscan is not None
+def _hyperscan_db(hyperscan: Any, exact: list[str], folded: list[str]) -> Any:
     expressions = [re.escape(lit).encode("utf-8") for lit in (*exact, *folded)]
-    flags = [0] * len(exact) + [_hyperscan.HS_FLAG_CASELESS] * len(folded)
-    db = _hyperscan.Database(mode=_hyperscan.HS_MODE_BLOCK)
+    flags = [0] * len(exact) + [hyperscan.HS_FLAG_CASELESS] * len(folded)
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(
         expressions=expressions,
         ids=list(range(len(expressions))),

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-import regex
-
+from crashlens import lazyre
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import Source
 from crashlens.parse.torchrun import SummaryReader
@@ -34,11 +33,13 @@ HANDLED_AFTER_SECONDS = 10.0
 #: it printed it): an inferred time from far above is a lower bound that proves nothing.
 HANDLED_AFTER_GAP_S = 60.0
 #: A log record at a level whose handlers print the traceback of the exception being handled.
-ERROR_RECORD = regex.compile(r"\b(?:ERROR|WARNING|WARN|CRITICAL|EXCEPTION|FATAL)\b")
+ERROR_RECORD = lazyre.compile_regex(r"\b(?:ERROR|WARNING|WARN|CRITICAL|EXCEPTION|FATAL)\b")
 #: The line before a traceback announcing a retry (``logger.exception("... retrying")``): the
 #: writer caught it and went on. Not "giving up after 3 retries": that one is final.
-RETRY_ANNOUNCED = regex.compile(r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d")
-STEP = regex.compile(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
+RETRY_ANNOUNCED = lazyre.compile_regex(
+    r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d"
+)
+STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 #: Exceptions a launcher raises to report that a child process failed.
 LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExitedException")
 

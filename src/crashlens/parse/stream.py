@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-import regex
-
-from crashlens import facts
+from crashlens import facts, lazyre
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern, nccl_origin, strip
 from crashlens.ingest.read import cap_line
 from crashlens.model import (
@@ -49,9 +47,11 @@ from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
 MAX_FACTS = 200
-_HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
+_HOST_RANKS = lazyre.compile_regex(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 _FACT_PROBE = TriggerScanner(facts.TRIGGERS)
-_CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
+_CONTENT_RANK = lazyre.compile_regex(
+    r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks"
+)
 
 
 class FileParser:

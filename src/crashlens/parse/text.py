@@ -7,25 +7,25 @@ colour codes around words. Both are undone here, before a line is parsed.
 
 from __future__ import annotations
 
-import re
+from crashlens import lazyre
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_ANSI = lazyre.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _TB_GLUE = "Traceback (most recent call last):"
 #: faulthandler's header (a native crash), glued to a bar just as a traceback's can be.
 _FAULT_GLUE = "Fatal Python error: "
 _SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
 #: Launcher prefixes that can sit between glued text and a traceback header.
-_GLUED_PREFIX = re.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
+_GLUED_PREFIX = lazyre.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+$")
 #: What may stand before those and is a launcher's label, not glued text: a tool's timestamp,
 #: srun --label's task id, pdsh's host, Open MPI's tag, kubectl's pod.
-_LABELS_ONLY = re.compile(
+_LABELS_ONLY = lazyre.compile(
     r"(?:\d{4}-\d\d-\d\d[ T]\S+ )?"
     r"(?: *\d{1,5}: |[A-Za-z][\w\-.]*: |\[\d+,\d+\]<std(?:out|err|diag)>:[ ]?|\[pod/[^\]\s]+\] )*"
 )
 
 
 #: A shell's report of a signal death printed right after a progress bar (no newline between).
-_GLUED_SIGNAL = re.compile(
+_GLUED_SIGNAL = lazyre.compile(
     r"(?<=[\]|])(?:Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$"
 )
 

@@ -18,6 +18,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from crashlens import lazyre
+
 MONTHS = {
     m: i
     for i, m in enumerate(
@@ -25,30 +27,30 @@ MONTHS = {
     )
 }
 
-_ISO = re.compile(
+_ISO = lazyre.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?\s?(?P<z>Z|[+-]\d{2}:?\d{2}|UTC)?"
 )
 #: HF Transformers' examples, ``datefmt="%m/%d/%Y %H:%M:%S"``: ``11/30/2026 22:41:09 - INFO``.
-_US = re.compile(
+_US = lazyre.compile(
     r"\[?(?P<mo>\d{2})/(?P<d>\d{2})/(?P<y>\d{4})[ ,](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<f>\d{1,9}))?"
 )
-_GLOG = re.compile(
+_GLOG = lazyre.compile(
     r"\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:\.(?P<f>\d{1,9}))?[\s\]]"
 )
-_SYSLOG = re.compile(
+_SYSLOG = lazyre.compile(
     r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?(?: (?P<y>\d{4}))?\s"
 )
-_CTIME = re.compile(
+_CTIME = lazyre.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) "
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\]"
 )
-_MONO = re.compile(r"\[ *(?P<sec>\d{1,9})\.(?P<f>\d{6})\]")
-_EPOCH = re.compile(r"\[?(?P<sec>1[5-9]\d{8}|20\d{8})(?:\.(?P<f>\d{1,9}))?\]?[\s:,]")
-_DMESG_ISO_PREFIX = re.compile(r"\w+\s*:\s*\w+\s*: ")
+_MONO = lazyre.compile(r"\[ *(?P<sec>\d{1,9})\.(?P<f>\d{6})\]")
+_EPOCH = lazyre.compile(r"\[?(?P<sec>1[5-9]\d{8}|20\d{8})(?:\.(?P<f>\d{1,9}))?\]?[\s:,]")
+_DMESG_ISO_PREFIX = lazyre.compile(r"\w+\s*:\s*\w+\s*: ")
 
 
 @dataclass(frozen=True, slots=True)

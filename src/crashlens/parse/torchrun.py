@@ -21,15 +21,15 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass, field
 
-import regex
+from crashlens import lazyre
 
-_ENTRY = regex.compile(r"\[(?P<idx>\d+)\]:\s*$")
-_FIELD = regex.compile(
+_ENTRY = lazyre.compile_regex(r"\[(?P<idx>\d+)\]:\s*$")
+_FIELD = lazyre.compile_regex(
     r"\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)"
 )
-_RANK = regex.compile(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
-_EXIT = regex.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
-_TIME = regex.compile(r"(\d{4})-(\d{2})-(\d{2})_(\d{2}):(\d{2}):(\d{2})")
+_RANK = lazyre.compile_regex(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
+_EXIT = lazyre.compile_regex(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_TIME = lazyre.compile_regex(r"(\d{4})-(\d{2})-(\d{2})_(\d{2}):(\d{2}):(\d{2})")
 
 
 @dataclass(slots=True)

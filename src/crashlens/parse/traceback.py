@@ -14,6 +14,7 @@ from enum import Enum
 
 import regex
 
+from crashlens import lazyre
 from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame
 from crashlens.provenance import is_user_path, launched_script
 
@@ -23,18 +24,26 @@ _CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
 )
 #: Frames are indented by two spaces, except in web-pasted logs that lost their indentation.
-_FRAME = regex.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_FRAME = lazyre.compile_regex(
+    r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?'
+)
 #: A frame line a paste kept although it lost the header above it.
-_BARE_FRAME = regex.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.+)')
-_FAULT_FRAME = regex.compile(r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)')
-_RICH_FRAME = regex.compile(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
-_IPY_HEADER = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
-_IPY_FRAME = regex.compile(
+_BARE_FRAME = lazyre.compile_regex(
+    r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.+)'
+)
+_FAULT_FRAME = lazyre.compile_regex(
+    r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)'
+)
+_RICH_FRAME = lazyre.compile_regex(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
+_IPY_HEADER = lazyre.compile_regex(
+    r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)"
+)
+_IPY_FRAME = lazyre.compile_regex(
     r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
 )
-_EXC_LINE = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::[ ]?(?P<msg>.*))?")
-_RECORD_START = regex.compile(
+_EXC_LINE = lazyre.compile_regex(r"(?P<type>[A-Za-z_][\w.]*)(?::[ ]?(?P<msg>.*))?")
+_RECORD_START = lazyre.compile_regex(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
 )
@@ -49,7 +58,7 @@ FRAMES_HEAD = 20
 #: Longest source line kept for a frame.
 MAX_CODE = 200
 #: CPython 3.11+'s position markers under a source line (``~~~~^^^^``).
-_MARKERS = regex.compile(r"[~^\s]+")
+_MARKERS = lazyre.compile_regex(r"[~^\s]+")
 MAX_MESSAGE_LINES = 60
 #: A traceback header indented by up to this many spaces starts a traceback whose lines share
 #: that margin (a tab or a deeper indent is text quoted inside something else).

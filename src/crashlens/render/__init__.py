@@ -32,6 +32,9 @@ class _Renderers(Mapping[str, Renderer]):
         renderer: Renderer = getattr(importlib.import_module(f"crashlens.render.{module}"), name)
         return renderer
 
+    def __contains__(self, fmt: object) -> bool:
+        return fmt in _RENDERERS  # without importing the renderer
+
     def __iter__(self) -> Iterator[str]:
         return iter(_RENDERERS)
 

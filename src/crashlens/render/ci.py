@@ -9,11 +9,11 @@ ElementTree, which escapes markup; characters XML 1.0 forbids are removed first.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crashlens import lazyre
 from crashlens.model import iso, location, plural
 from crashlens.render.common import clean, on_ranks
 from crashlens.render.remedy import to_plain
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 #: Confidence below which a cause is annotated as a warning rather than an error.
 WARN_BELOW = 0.5
 MAX_MESSAGE = 4000
-_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_ILLEGAL = lazyre.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 # --- GitHub Actions ---------------------------------------------------------------------------

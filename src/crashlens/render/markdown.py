@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from crashlens import lazyre
 from crashlens.model import iso, location, plural
 from crashlens.render.common import clean, on_ranks, rank_list
 
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 ZWSP = "\u200b"
 MAX_EVIDENCE = 3
 MAX_LINE = 500
-_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
-_BACKTICKS = re.compile(r"`{2,}")
+_MD_PUNCT = lazyre.compile(r"([\\`*_\[\]|~])")
+_BACKTICKS = lazyre.compile(r"`{2,}")
 
 
 def md_text(text: str) -> str:

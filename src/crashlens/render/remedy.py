@@ -5,20 +5,28 @@ logs is plain text or a code span (``crashlens.remediation.md_value``): whatever
 Markdown holds is the rule author's. It is still parsed strictly here: CommonMark with raw
 HTML off (a tag is shown as text), no images, and a link only when its target is an http(s)
 URL; any other link is shown as its text.
+
+Plain text of the usual remediation (paragraphs, a numbered list, code spans and nothing that
+could be other markup) is written without the parser (:func:`simple_plain`, checked against it
+by tests/test_startup.py): a terminal-less ``analyze`` never imports markdown-it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from markdown_it import MarkdownIt
-from markdown_it.renderer import RendererHTML
-from markdown_it.token import Token
-from markdown_it.tree import SyntaxTreeNode
+from crashlens import lazyre
 
-_HTTP = re.compile(r"https?://[^\s<>\"'`]+\Z", re.IGNORECASE)
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.tree import SyntaxTreeNode
+
+_HTTP = lazyre.compile(r"https?://[^\s<>\"'`]+\Z", re.IGNORECASE)
 
 
 def is_http_url(url: str) -> bool:
@@ -33,7 +41,11 @@ def _link_open(
     return self.renderToken(tokens, idx, options, env)
 
 
+@functools.cache
 def _parser() -> MarkdownIt:
+    """The parser (built on first use)."""
+    from markdown_it import MarkdownIt
+
     md = MarkdownIt("commonmark", {"html": False})
     md.disable(["image", "html_inline", "html_block"])
     md.validateLink = is_http_url  # type: ignore[method-assign]
@@ -41,17 +53,16 @@ def _parser() -> MarkdownIt:
     return md
 
 
-_MD = _parser()
-
-
 def tree(markdown: str) -> SyntaxTreeNode:
     """The parsed remediation (links already limited to http(s))."""
-    return SyntaxTreeNode(_MD.parse(markdown))
+    from markdown_it.tree import SyntaxTreeNode
+
+    return SyntaxTreeNode(_parser().parse(markdown))
 
 
 def to_html(markdown: str) -> str:
     """HTML for the remediation: ``<p>``, ``<ol>``/``<li>``, ``<code>``, http(s) links."""
-    return str(_MD.render(markdown))
+    return str(_parser().render(markdown))
 
 
 # --- plain text and Slack ---------------------------------------------------------------------
@@ -59,7 +70,115 @@ def to_html(markdown: str) -> str:
 
 def to_plain(markdown: str) -> str:
     """Plain text: one line per paragraph and list item (``1. ...``), code in backticks."""
+    simple = simple_plain(markdown)
+    if simple is not None:
+        return simple
     return "\n".join(_blocks(tree(markdown), _plain_inline, bullet="-")).strip()
+
+
+#: A top-level ordered list item as the simple reader takes it: ``N. text``.
+_ITEM_LINE = lazyre.compile(r"(\d{1,9})\. (\S.*)\Z")
+#: What may start a block other than a paragraph or such an item (or be a list marker).
+_OTHER_BLOCK = lazyre.compile(r"[#>\-+*=_~<]|```|\d{1,9}[.)](?: |\Z)")
+#: Whitespace but spaces and newlines (tabs, CR, NBSP: the parser's rules differ for them).
+_ODD_SPACE = lazyre.compile(r"[^\S \n]|\x00")
+#: Characters that may start inline markup outside code spans (``_`` is checked apart).
+_MARKUP = frozenset("\\&<*[]")
+
+
+def simple_plain(markdown: str) -> str | None:
+    """:func:`to_plain` of ``markdown`` without the parser, or None when it may hold anything
+    but paragraphs, top-level ``N. `` list items (one paragraph each), single-backtick code
+    spans within a line, and text with no markup character (``_`` only inside a word)."""
+    if _ODD_SPACE.search(markdown):
+        return None
+    blocks = _simple_blocks(markdown.split("\n"))
+    if blocks is None:
+        return None
+    out: list[str] = []
+    for number, lines in blocks:
+        parts = [_simple_inline(line) for line in lines]
+        if any(part is None for part in parts):
+            return None
+        text = " ".join(p for p in parts if p is not None).strip()
+        if number is None:
+            if out and out[-1]:
+                out.append("")
+            out.append(text)
+        else:
+            out.append(f"{number}. {text}")
+    return "\n".join(out).strip()
+
+
+def _simple_blocks(lines: list[str]) -> list[tuple[int | None, list[str]]] | None:
+    """The paragraphs (number None) and list items (their number as rendered: the list's
+    start plus the item's place) of ``lines``, each as its stripped lines; None for any other
+    structure."""
+    blocks: list[tuple[int | None, list[str]]] = []
+    current: list[str] | None = None  # the open block's lines
+    in_paragraph = False
+    next_number: int | None = None  # the open list's next item number
+    for raw in lines:
+        stripped = raw.strip(" ")
+        if not stripped:
+            current = None
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        item = _ITEM_LINE.match(raw) if indent == 0 else None
+        if item is not None:
+            if current is not None and in_paragraph and int(item[1]) != 1:
+                return None  # not an item: the paragraph's next line
+            if _OTHER_BLOCK.match(item[2]):
+                return None  # the item holds another block (a quote, a heading, a list)
+            if next_number is None:
+                next_number = int(item[1])
+            current = [item[2].rstrip(" ")]
+            blocks.append((next_number, current))
+            next_number, in_paragraph = next_number + 1, False
+            continue
+        if _OTHER_BLOCK.match(stripped):
+            return None
+        if current is not None:
+            current.append(stripped)  # a continuation line, indented or lazy
+            continue
+        if indent >= 4 or (next_number is not None and indent):
+            return None  # code, or an item's second paragraph
+        current, in_paragraph, next_number = [stripped], True, None
+        blocks.append((None, current))
+    return blocks
+
+
+def _simple_inline(line: str) -> str | None:
+    """One line's plain text: code spans kept in backticks (one space trimmed from each side
+    when both have one); None for anything that may be other markup."""
+    if "``" in line:
+        return None
+    pieces = line.split("`")
+    if len(pieces) % 2 == 0:
+        return None  # a backtick left open
+    out = []
+    for k, piece in enumerate(pieces):
+        if k % 2:
+            if len(piece) > 1 and piece[0] == piece[-1] == " " and piece.strip(" "):
+                piece = piece[1:-1]
+            out.append(f"`{piece}`")
+            continue
+        if not _MARKUP.isdisjoint(piece) or not _underscores_in_words(piece):
+            return None
+        out.append(piece)
+    return "".join(out)
+
+
+def _underscores_in_words(text: str) -> bool:
+    """Whether every ``_`` of ``text`` has an ASCII letter or digit on both sides (so cannot
+    open or close emphasis)."""
+    at = text.find("_")
+    while at >= 0:
+        before, after = text[at - 1 : at], text[at + 1 : at + 2]
+        if not (before.isascii() and before.isalnum() and after.isascii() and after.isalnum()):
+            return False
+        at = text.find("_", at + 1)
+    return True
 
 
 def to_mrkdwn(markdown: str, escape: Callable[[str], str]) -> str:

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
+from crashlens import lazyre
 from crashlens.errors import CrashlensError
 from crashlens.model import iso, location, plural
 from crashlens.render.common import clean, cut_words, on_ranks
@@ -31,9 +32,9 @@ MAX_FIELD = 2000
 MAX_EVIDENCE = 3
 MAX_EVIDENCE_LINE = 400
 MAX_EXPLAINED = 8
-_BROADCAST = re.compile(r"@(here|channel|everyone)\b", re.IGNORECASE)
-_BACKTICKS = re.compile(r"`{3,}")
-_PARTIAL_ENTITY = re.compile(r"&[a-z]{0,3}$")
+_BROADCAST = lazyre.compile(r"@(here|channel|everyone)\b", re.IGNORECASE)
+_BACKTICKS = lazyre.compile(r"`{3,}")
+_PARTIAL_ENTITY = lazyre.compile(r"&[a-z]{0,3}$")
 
 
 def slack_escape(text: str) -> str:
@@ -80,7 +81,7 @@ def render(
 
 
 #: A URL Slack's ``<url|text>`` link syntax can carry as it is.
-_LINKABLE = re.compile(r"https?://[^\s|<>]+")
+_LINKABLE = lazyre.compile(r"https?://[^\s|<>]+")
 #: Slack's limit on a header's text.
 MAX_HEADER = 150
 

@@ -8,27 +8,26 @@ remediation is rendered by rich's Markdown and long lines wrap with hanging inde
 
 Log text is always handed to rich as :class:`rich.text.Text`, never as markup, and control
 characters (ANSI escapes included) are made visible, so a log line cannot style or move the
-terminal.
+terminal. The rows are built as :class:`Styled` runs and become rich objects only for a
+terminal: plain output imports neither rich nor a Markdown parser for the usual remediation
+(:func:`crashlens.render.remedy.to_plain`).
 """
 
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
-
+from crashlens import lazyre
 from crashlens.model import iso, location, plural
 from crashlens.render.common import clean, cut_words, human_bytes, on_ranks, rank_list
 from crashlens.render.remedy import to_plain
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text as RichText
+
     from crashlens.model import Cause, Evidence, Explained, FirstFailure
     from crashlens.report import Report
 
@@ -41,7 +40,7 @@ MAX_EVIDENCE_SHOWN = 4
 INFERRED_LEGEND = "~ = time inferred: the line has none, the last timestamp before it is shown"
 
 
-_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
+_ITEM = lazyre.compile(r"^\s*(?:\d+[.)]|[-*•])\s")
 
 
 def top_fixes(markdown: str, keep: int = TOP_FIXES) -> tuple[str, int]:
@@ -57,6 +56,33 @@ def top_fixes(markdown: str, keep: int = TOP_FIXES) -> tuple[str, int]:
 
 
 # --- rows: what both the terminal and the plain text are made of ------------------------------
+
+
+class Text:
+    """Text in styled runs (rich style names): what a row holds. ``Text(s, style)`` then
+    ``append``, as with :class:`rich.text.Text`, which :meth:`rich` builds the same way."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        self.parts = [(text, style)]
+
+    def append(self, text: str, style: str = "") -> Text:
+        self.parts.append((text, style))
+        return self
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.parts)
+
+    def rich(self) -> RichText:
+        from rich.text import Text as RichText
+
+        (text, style), *rest = self.parts
+        out = RichText(text, style)
+        for more, more_style in rest:
+            out.append(more, more_style)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +114,8 @@ def render(
     rows = view(report, verbose=verbose)
     if not (color if terminal is None else terminal):
         return "".join(_plain(row) for row in rows)
+    from rich.console import Console
+
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -110,16 +138,20 @@ def renderables(report: Report, *, verbose: bool = False) -> list[RenderableType
 
 
 def _renderable(row: Row) -> RenderableType:
+    from rich.markdown import Markdown
+    from rich.padding import Padding
+    from rich.table import Table
+
     if row.markdown is not None:
         inner: RenderableType = Markdown(clean(row.markdown), hyperlinks=False)
     elif row.label is not None:
         grid = Table.grid()
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
-        grid.add_row(row.label, row.body)
+        grid.add_row(row.label.rich(), row.body.rich())
         inner = grid
     else:
-        inner = row.body
+        inner = row.body.rich()
     return Padding(inner, (0, 0, 0, row.indent)) if row.indent else inner
 
 

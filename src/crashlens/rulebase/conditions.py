@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import regex
-
+from crashlens import lazyre
 from crashlens.facts import version_tuple
 from crashlens.ruletypes import VersionEntry, VersionSpec
 
 #: Words that refer to a row of the version matrix instead of spelling a range out.
 MATRIX_WORDS = ("known-problem", "recommended", "outside-recommended")
-_CLAUSE = regex.compile(
+_CLAUSE = lazyre.compile_regex(
     r"\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<v>\d{1,9}(?:\.\d{1,9}){0,5})(?P<star>\.\*)?\s*"
 )
 

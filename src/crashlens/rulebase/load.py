@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import math
 import os
-from importlib import resources
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
-import yaml
 
+if TYPE_CHECKING:
+    import yaml
+
+from crashlens import lazyre
 from crashlens._version import __version__
 from crashlens.errors import RuleError, RuleErrors
 from crashlens.model import CAUSE_CLASSES
@@ -41,12 +46,12 @@ _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origi
 #: The pattern of a ``flight:`` detector: it never matches a line.
 _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
-_GLOBAL_IGNORECASE = regex.compile(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
+_GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
 _ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
-_ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_FACT_KEY = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FACT_KEY = lazyre.compile_regex(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_RULE_FILE = 1 << 20
 #: Deepest nesting of YAML collections a rule file may use (rules need about four levels).
 MAX_DEPTH = 32
@@ -55,15 +60,25 @@ VERSIONS_FILE = "versions.yaml"
 _NOT_RULES = {"expect.yaml", "expected.yaml", "expect.yml", "expected.yml", VERSIONS_FILE}
 
 
-#: libyaml's parser when PyYAML has it (several times faster than the pure one), same results.
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@functools.cache
+def _line_loader() -> type[yaml.SafeLoader]:
+    """A safe loader (libyaml's parser when PyYAML has it: several times faster than the pure
+    one, same results) that records the line of every mapping in ``__line__``. PyYAML is
+    imported here: a run whose rules come from the cache never imports it."""
+    import yaml
+
+    safe: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class LineLoader(safe):  # type: ignore[valid-type, misc]
+        """A safe loader that records the line of every mapping in ``__line__``."""
+
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return LineLoader
 
 
-class _LineLoader(_SafeLoader):  # type: ignore[valid-type, misc]
-    """A safe loader that records the line of every mapping in ``__line__``."""
+def _construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[str, Any]:
+    import yaml
 
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
     # A key given twice would silently replace the first (a second detector of the same name
     # hiding the first one): refuse it, with the line of the second.
     seen: set[Any] = set()
@@ -79,12 +94,14 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str,
     return mapping
 
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def default_rules_dir() -> Path:
     """The bundled rule base: inside the wheel, or the repository's ``rules/`` when editable."""
-    packaged = Path(str(resources.files("crashlens"))) / "_rules"
+    package = Path(__file__).parent.parent
+    if not package.is_dir():  # not on disk (a zip): as importlib.resources sees it
+        from importlib import resources
+
+        package = Path(str(resources.files("crashlens")))
+    packaged = package / "_rules"
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parents[3] / "rules"
@@ -122,17 +139,21 @@ def load_rules(
     duplicates: list[tuple[Rule, Rule]] = []
     fatal: list[RuleError] = []
     skipped: list[str] = []
+    cached: dict[str, Any] = {}  # the bundle's files, parsed (from the cache when it has them)
+    literals: dict[str, tuple[str, ...] | None] = {}  # regex -> its required literals
     for directory in [*bundled, *(dirs or [])]:
         here: dict[str, Rule] = {}
         user = not any(directory is b for b in bundled)
         files = rule_files(Path(directory))
-        parsed = None if user else _cached_bundle(Path(directory), files)
+        if not user:
+            cached, literals = _cached_bundle(Path(directory), files) or ({}, {})
         for path in files:
             try:
                 # The bundled rules' regexes are compiled by the test suite, and here only
                 # when a line needs them; a user's are checked as they load.
-                if parsed is not None and os.fspath(path) in parsed:
-                    rule = build_rule(parsed[os.fspath(path)], os.fspath(path), compile_now=False)
+                if not user and os.fspath(path) in cached:
+                    data = cached[os.fspath(path)]
+                    rule = build_rule(data, os.fspath(path), compile_now=False, literals=literals)
                 else:
                     rule = load_rule_file(path, compile_now=user)
             except RuleError as exc:
@@ -147,7 +168,7 @@ def load_rules(
             rules[rule.id] = rule
     if fatal:
         raise fatal[0] if len(fatal) == 1 else RuleErrors(fatal)
-    versions = load_version_matrix(list(dirs or []), include_default=include_default)
+    versions = _version_matrix(list(dirs or []), include_default, cached)
     return RuleSet(
         tuple(rules.values()),
         versions=versions,
@@ -172,17 +193,26 @@ def load_version_matrix(
     Raises:
         RuleError: naming the file and line of the first invalid entry.
     """
-    sources = ([default_rules_dir()] if include_default else []) + list(dirs or [])
+    return _version_matrix(list(dirs or []), include_default, {})
+
+
+def _version_matrix(
+    dirs: list[Path], include_default: bool, cached: Mapping[str, Any]
+) -> dict[str, VersionEntry]:
+    """:func:`load_version_matrix`, taking a file's parse from ``cached`` (path -> data) when
+    it is there."""
+    sources = ([default_rules_dir()] if include_default else []) + dirs
     out: dict[str, VersionEntry] = {}
     for directory in sources:
         path = Path(directory) / VERSIONS_FILE
         if Path(directory).is_dir() and path.is_file():
-            out.update(_version_file(path))
+            out.update(_version_file(path, cached.get(os.fspath(path))))
     return out
 
 
-def _version_file(path: Path) -> dict[str, VersionEntry]:
-    data = _load_yaml(path, "version matrix")
+def _version_file(path: Path, data: Any = None) -> dict[str, VersionEntry]:
+    if data is None:
+        data = _load_yaml(path, "version matrix")
     shown = os.fspath(path)
     if not isinstance(data, dict):
         raise RuleError("the version matrix must be one mapping", path=shown, line=1)
@@ -234,22 +264,30 @@ def cache_dir() -> Path | None:
     return Path(base) / "crashlens"
 
 
-def _cached_bundle(directory: Path, files: list[Path]) -> dict[str, Any] | None:
-    """The bundled rule files parsed (path -> mapping), from the cache when it holds exactly
-    these files' contents for this crashlens version, else parsed now and cached.
+#: The cache's format, part of its key (a cache of another format is a miss).
+_CACHE_FORMAT = b"rules-cache-2"
 
-    The cache is plain JSON of the YAML documents (never pickled objects), keyed by a digest of
-    the version and every file's name and bytes, so a changed, added or removed rule file is a
-    miss; a cache that cannot be read or written is ignored (the files are parsed as always).
-    None: no cache directory, or a file the cache cannot hold.
+
+def _cached_bundle(
+    directory: Path, files: list[Path]
+) -> tuple[dict[str, Any], dict[str, tuple[str, ...] | None]] | None:
+    """The bundled rule files and version matrix parsed (path -> mapping), and the literals
+    each detector regex requires (regex -> literals, the prefilter's), from the cache when it
+    holds exactly these files' contents for this crashlens version, else parsed now and cached.
+
+    The cache is plain JSON of the YAML documents and the literal lists (never pickled
+    objects), keyed by a digest of the version and every file's name and bytes, so a changed,
+    added or removed rule file is a miss; a cache that cannot be read or written is ignored
+    (the files are parsed as always). None: no cache directory, or a file the cache cannot hold.
     """
     where = cache_dir()
     if where is None:
         return None
-    digest = hashlib.sha256(__version__.encode())
+    digest = hashlib.sha256(__version__.encode() + b"\0" + _CACHE_FORMAT)
     names: dict[str, str] = {}  # the file's name in the bundle -> its path here
+    versions = directory / VERSIONS_FILE
     try:
-        for path in files:
+        for path in [*files, *([versions] if versions.is_file() else [])]:
             rel = path.relative_to(directory).as_posix()
             names[rel] = os.fspath(path)
             digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -257,28 +295,57 @@ def _cached_bundle(directory: Path, files: list[Path]) -> dict[str, Any] | None:
         return None
     cache = where / f"rules-{digest.hexdigest()[:24]}.json"
     try:
-        cached = json.loads(cache.read_text(encoding="utf-8"))
-        if isinstance(cached, dict) and set(cached) == set(names):
-            return {names[rel]: data for rel, data in cached.items()}
-    except (OSError, ValueError):
+        held = json.loads(cache.read_text(encoding="utf-8"))
+        docs, literals = held["files"], held["literals"]
+        if isinstance(docs, dict) and set(docs) == set(names) and isinstance(literals, dict):
+            known = {k: None if v is None else tuple(v) for k, v in literals.items()}
+            return {names[rel]: data for rel, data in docs.items()}, known
+    except (OSError, ValueError, TypeError, KeyError):
         pass
+    parsed = _parse_bundle(names)
+    if parsed is None:
+        return None
+    learned = _required_literals(parsed.values())
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"files": parsed, "literals": learned}), encoding="utf-8")
+        os.replace(tmp, cache)
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only home: parse every time
+    return {names[rel]: data for rel, data in parsed.items()}, learned
+
+
+def _parse_bundle(names: dict[str, str]) -> dict[str, Any] | None:
+    """Every file of ``names`` (name -> path) parsed; None if one is not a valid mapping
+    (loading reports it, with its line)."""
     parsed: dict[str, Any] = {}
     for rel, shown in names.items():
         try:
             data = _load_yaml(Path(shown), "rule file")
         except RuleError:
-            return None  # load_rule_file reports it, with its line
+            return None
         if not isinstance(data, dict):
             return None
         parsed[rel] = data
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(parsed), encoding="utf-8")
-        os.replace(tmp, cache)
-    except (OSError, TypeError, ValueError):
-        pass  # a read-only home: parse every time
-    return {names[rel]: data for rel, data in parsed.items()}
+    return parsed
+
+
+def _required_literals(docs: Iterable[Any]) -> dict[str, tuple[str, ...] | None]:
+    """The literals each detector regex of the rule documents ``docs`` requires, for those
+    without ``contains`` (what :func:`_detector` would compute; a regex left out is computed
+    as the rule is built)."""
+    out: dict[str, tuple[str, ...] | None] = {}
+    for data in docs:
+        detectors = data.get("detectors") if isinstance(data, dict) else None
+        for spec in detectors.values() if isinstance(detectors, dict) else ():
+            spec = {"regex": spec} if isinstance(spec, str) else spec
+            if not isinstance(spec, dict) or not isinstance(spec.get("regex"), str):
+                continue
+            if "contains" not in spec and "flight" not in spec:
+                with contextlib.suppress(Exception):  # the rule's load reports it
+                    out[spec["regex"]] = required_literals(spec["regex"])
+    return out
 
 
 def load_rule_file(path: Path, *, compile_now: bool = True) -> Rule:
@@ -301,6 +368,8 @@ def _load_yaml(path: Path, what: str) -> Any:
     Raises:
         RuleError: naming the file (and line) of the problem.
     """
+    import yaml
+
     shown = os.fspath(path)
     try:
         size = path.stat().st_size
@@ -311,7 +380,7 @@ def _load_yaml(path: Path, what: str) -> Any:
         raise RuleError(f"cannot read {what}: {exc}", path=shown) from None
     try:
         _refuse_bombs(text, shown)
-        return yaml.load(text, Loader=_LineLoader)
+        return yaml.load(text, Loader=_line_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -331,6 +400,8 @@ def _refuse_bombs(text: str, shown: str) -> None:
     Raises:
         RuleError: naming the line of the alias or of the too-deep collection.
     """
+    import yaml
+
     depth = 0
     fast: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     for event in yaml.parse(text, Loader=fast):
@@ -357,8 +428,15 @@ def _fail(msg: str, path: str, node: dict[str, Any]) -> RuleError:
     return RuleError(msg, path=path, line=_line(node))
 
 
-def build_rule(data: dict[str, Any], path: str, *, compile_now: bool = True) -> Rule:
-    """Turn one parsed YAML mapping into a :class:`Rule`, checking every field."""
+def build_rule(
+    data: dict[str, Any],
+    path: str,
+    *,
+    compile_now: bool = True,
+    literals: Mapping[str, tuple[str, ...] | None] | None = None,
+) -> Rule:
+    """Turn one parsed YAML mapping into a :class:`Rule`, checking every field (``literals``:
+    the required literals of detector regexes, known already)."""
     unknown = set(data) - _RULE_KEYS - {"__line__"}
     if unknown:
         raise _fail(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}", path, data)
@@ -390,7 +468,7 @@ def build_rule(data: dict[str, Any], path: str, *, compile_now: bool = True) -> 
         detectors: tuple[Detector, ...] = ()
         condition = Condition()
     else:
-        detectors = _detectors(data["detectors"], path, data, compile_now)
+        detectors = _detectors(data["detectors"], path, data, compile_now, literals or {})
         condition = _condition(data.get("condition"), {d.name for d in detectors}, path, data)
     when = _when(data.get("when"), path, data)
     return Rule(
@@ -460,7 +538,11 @@ def _strings(value: Any, key: str, path: str, node: dict[str, Any]) -> tuple[str
 
 
 def _detectors(
-    value: Any, path: str, node: dict[str, Any], compile_now: bool = True
+    value: Any,
+    path: str,
+    node: dict[str, Any],
+    compile_now: bool = True,
+    literals: Mapping[str, tuple[str, ...] | None] | None = None,
 ) -> tuple[Detector, ...]:
     if not isinstance(value, dict) or not set(value) - {"__line__"}:
         raise _fail("'detectors' must map names to detectors", path, node)
@@ -479,7 +561,7 @@ def _detectors(
         if unknown:
             keys = sorted(map(str, unknown))
             raise _fail(f"detector '{name}': unknown key(s) {keys}", path, spec)
-        out.append(_detector(str(name), spec, path, compile_now))
+        out.append(_detector(str(name), spec, path, compile_now, literals or {}))
     return tuple(out)
 
 
@@ -497,7 +579,13 @@ def _flight_detector(name: str, spec: dict[str, Any], path: str) -> Detector:
     )
 
 
-def _detector(name: str, spec: dict[str, Any], path: str, compile_now: bool = True) -> Detector:
+def _detector(
+    name: str,
+    spec: dict[str, Any],
+    path: str,
+    compile_now: bool = True,
+    known: Mapping[str, tuple[str, ...] | None] | None = None,
+) -> Detector:
     if not isinstance(spec["regex"], str):
         raise _fail(f"detector '{name}': 'regex' must be a string", path, spec)
     pattern_text = spec["regex"]
@@ -530,6 +618,8 @@ def _detector(name: str, spec: dict[str, Any], path: str, compile_now: bool = Tr
     literals: tuple[str, ...] | None
     if "contains" in spec:
         literals = _strings(spec["contains"], "contains", path, spec)
+    elif known is not None and pattern_text in known:
+        literals = known[pattern_text]
     else:
         literals = required_literals(pattern_text)
     return Detector(

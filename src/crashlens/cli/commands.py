@@ -1,40 +1,34 @@
-"""Command-line interface: wires typer commands to the library; no analysis happens here."""
+"""The typer application: every command, wired to the library; no analysis happens here.
+
+:func:`crashlens.cli.main` imports it for any command line but a plain ``analyze`` one
+(see :mod:`crashlens.cli.analysis`)."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
 import json
-import os
-import sys
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import regex
 import typer
 import typer.core
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.progress import Progress as RichProgress
 
 from crashlens._version import __version__
-from crashlens.api import Progress, input_size
-from crashlens.config import Config, load_config
-from crashlens.errors import CannotRunError, CrashlensError, ExitCode
+from crashlens.cli.analysis import (
+    CommandExit,
+    _scheduler_job,
+    analyze_job,
+    load_cli_config,
+    parse_skew,
+)
+from crashlens.config import Config
+from crashlens.errors import CrashlensError
 from crashlens.live_cli import RUN_CONTEXT, run_command, watch_command
 from crashlens.live_cli import fail as _fail
-from crashlens.model import Note
-from crashlens.render import FORMATS, render
+from crashlens.render import FORMATS
 from crashlens.render.schema import load_schema
-from crashlens.report import Report
 from crashlens.repro.catalog import for_report
 from crashlens.repro.cli import repro_app, run_for_report
 from crashlens.rulebase import RuleSet, default_rules_dir
@@ -42,7 +36,8 @@ from crashlens.rulebase.lint import lint
 from crashlens.ruletest import LINT_VALIDATORS, fixture_files, run_fixture
 from crashlens.ruletypes import SEVERITY_WEIGHT
 from crashlens.session import Session
-from crashlens.termenv import PIPE_WIDTH, Environment
+
+__all__ = ["_scheduler_job", "app", "parse_skew"]
 
 
 def _help_shows_metavars() -> None:
@@ -89,8 +84,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_SKEW = regex.compile(r"^(?P<host>[^=]+)=(?P<sign>[+-]?)(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s)?$")
-
 
 def _version(value: bool) -> None:
     if value:
@@ -109,19 +102,8 @@ ConfigOption = typer.Option(
 
 def _config(path: Path | None, rule_dirs: list[Path], *, warn: bool = True) -> Config:
     """The config (``--config``, else discovered); a ``disable:`` of no rule gets a warning."""
-    try:
-        config = load_config(path=path)
-    except CrashlensError as exc:
-        _fail(str(exc))
-    if warn:
-        for rule_id in config.unknown_disabled(rule_dirs):
-            where = f"{config.path}: " if config.path else ""
-            typer.echo(
-                f"crashlens: warning: {where}disable: no rule '{rule_id}' "
-                "(see crashlens rules list)",
-                err=True,
-            )
-    return config
+    with _exits():
+        return load_cli_config(path, rule_dirs, warn=warn)
 
 
 @app.callback()
@@ -131,59 +113,6 @@ def main_callback(
     ] = False,
 ) -> None:
     """crashlens: ranked root-cause diagnosis for crashed training jobs."""
-
-
-def parse_skew(values: list[str]) -> dict[str, float]:
-    """Parse ``HOST=+2.5s`` overrides into seconds per host.
-
-    Raises:
-        typer.BadParameter: for a malformed value.
-    """
-    out: dict[str, float] = {}
-    for value in values:
-        m = _SKEW.match(value.strip())
-        if not m:
-            raise typer.BadParameter(f"expected HOST=+SECONDS[s|ms], got '{value}'")
-        seconds = float(m["num"]) / (1000.0 if m["unit"] == "ms" else 1.0)
-        out[m["host"]] = -seconds if m["sign"] == "-" else seconds
-    return out
-
-
-def _read_slurm(session: Session, value: str) -> None:
-    """Read what SLURM knows of the jobs in ``value``: their output files and its verdict."""
-    from crashlens import slurm  # only a --slurm run pays for it
-
-    jobs = slurm.resolve(slurm.job_ids(value, os.environ))
-    with tempfile.TemporaryDirectory(prefix="crashlens-slurm-") as tmp:
-        candidates = [slurm.record_candidate(job, Path(tmp)) for job in jobs]
-        for job in jobs:
-            files = slurm.job_files(job)
-            if not files:
-                session.notes.append(
-                    Note(
-                        f"SLURM job {job.job_id}: no output file found (StdOut={job.stdout}, "
-                        f"WorkDir={job.work_dir})"
-                    )
-                )
-            candidates += files
-        session.read_candidates(candidates)
-
-
-def _fleet_history(report: Report, table: Path) -> None:
-    """Add to the report's notes how many jobs of ``table`` share its primary's signature."""
-    from crashlens.fleet import FleetExtraMissingError, history
-
-    if report.primary is None:
-        return
-    try:
-        line = history(table, report.signature(report.primary).key)
-    except FleetExtraMissingError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(int(ExitCode.CANNOT_RUN)) from None
-    except CrashlensError as exc:
-        _fail(str(exc))
-        return
-    report.notes.append(Note(line or f"no job of {table} failed with this signature before"))
 
 
 @app.command()
@@ -309,174 +238,32 @@ def analyze(
     Several formats in one run: `-f html -o r.html -f json -o r.json` (the logs are parsed once).
     Exit codes: 0 no failure found, 1 failure found, 2 usage or input error.
     """
-    files = list(outputs or [])
-    formats = fmts or [_format_of(f) for f in files] or ["text"]
-    for fmt in formats:
-        if fmt not in FORMATS:
-            _fail(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
-    if len(files) > len(formats):
-        _fail("more --output files than --format options")
-    if sum(1 for i in range(len(formats)) if i >= len(files)) > 1:
-        _fail("only one format can go to stdout; give the others an --output file")
-    if fail_on not in SEVERITY_WEIGHT:
-        _fail(f"--fail-on must be one of {', '.join(SEVERITY_WEIGHT)}")
-    paths = list(paths or [])
-    if not paths and slurm_jobs is None:
-        _fail("give at least one PATH (or --slurm JOBID)")
-    _refuse_overwriting_inputs(files, paths)
-    # A bug is main()'s to report (one line; the traceback with --traceback).
-    overrides = parse_skew(skew or [])
-    try:
-        show = not quiet and sys.stderr.isatty()
-        config = _config(config_file, rules or [], warn=not quiet)
-        with progress_bar(enabled=show, paths=paths, no_color=no_color) as advance:
-            session = Session.configured(
-                rules or [], config=config, skew=overrides, strict_rules=strict_rules
-            )
-            if paths:
-                session.read_paths(paths, advance)
-            if slurm_jobs is not None:
-                _read_slurm(session, slurm_jobs)
-            report = session.finish()
-    except CannotRunError as exc:
-        _fail(str(exc), ExitCode.CANNOT_RUN)
-    except CrashlensError as exc:
-        _fail(str(exc))
-    if fleet_table is not None:
-        _fleet_history(report, fleet_table)
-    if not quiet:
-        hosts = {r.host for r in report.ranks if r.host}
-        for host in sorted(set(overrides) - hosts):
-            typer.echo(f"crashlens: warning: --skew names host '{host}', not in the logs", err=True)
-        for note in report.notes:
-            typer.echo(f"crashlens: {note}", err=True)
-    slack_options = {"job": job_name or _scheduler_job(os.environ), "report_url": report_url}
-    for i, fmt in enumerate(formats):
-        output = files[i] if i < len(files) else None
-        _emit(report, fmt, output, quiet=quiet, no_color=no_color, verbose=verbose,
-              options=slack_options)  # fmt: skip
-    if post_slack_url:
-        try:
-            _post_slack(post_slack_url, render(report, "slack", **slack_options))
-        except CrashlensError as exc:
-            # The diagnosis stands: its exit status is the job's verdict, the post a side effect.
-            typer.echo(f"crashlens: warning: {exc}", err=True)
+    with _exits():
+        report, code = analyze_job(
+            paths=paths, fmts=fmts, outputs=outputs, rules=rules, skew=skew,
+            post_slack_url=post_slack_url, job_name=job_name, report_url=report_url,
+            fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, verbose=verbose,
+            no_color=no_color, show_traceback=show_traceback, strict_rules=strict_rules,
+            slurm_jobs=slurm_jobs, fleet_table=fleet_table, config_file=config_file,
+        )  # fmt: skip
     if repro:
-        code = run_for_report(report, repro_out, err=not quiet)
+        repro_code = run_for_report(report, repro_out, err=not quiet)
         try:
             has_repro = for_report(report) is not None
         except CrashlensError:  # a rule naming an unknown repro: reported, exit 2
             has_repro = True
         if has_repro:
-            raise typer.Exit(code)
-    raise typer.Exit(int(_exit_code(report, fail_on, exit_zero)))
+            raise typer.Exit(repro_code)
+    raise typer.Exit(code)
 
 
 @contextlib.contextmanager
-def progress_bar(
-    *, enabled: bool, paths: list[str], no_color: bool = False
-) -> Iterator[Progress | None]:
-    """A rich progress bar on stderr (TTY only) advanced by bytes as files are read."""
-    if not enabled:
-        yield None
-        return
-    total = input_size(paths)
-    bar = RichProgress(
-        TextColumn("reading logs"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True, no_color=no_color or "NO_COLOR" in os.environ),
-        transient=True,
-    )
-    task = bar.add_task("read", total=total or None)
-
-    def advance(_path: str, size: int) -> None:
-        bar.advance(task, size)
-
-    with bar:
-        yield advance
-
-
-def _emit(
-    report: Report,
-    fmt: str,
-    output: Path | None,
-    *,
-    quiet: bool,
-    no_color: bool,
-    verbose: bool = False,
-    options: dict[str, str | None] | None = None,
-) -> None:
-    env = Environment.from_process()
-    env = env.without_color() if no_color else env
-    to_stdout = output is None
-    color = to_stdout and env.color()
-    width = env.width() if to_stdout else PIPE_WIDTH
-    # A terminal gets wrapped lines with hanging indents; a pipe or a file, plain lines.
-    terminal = to_stdout and (env.stdout_isatty or color)
-    text = render(
-        report, fmt, color=color, width=width, verbose=verbose, terminal=terminal,
-        repo_root=env.repo_root, **(options or {}),
-    )  # fmt: skip
-    if fmt == "github" and env.step_summary is not None:
-        # A GitHub Actions job's summary page: the Markdown report, appended.
-        try:
-            with env.step_summary.open("a", encoding="utf-8") as summary:
-                summary.write(render(report, "markdown") + "\n")
-        except OSError as exc:
-            typer.echo(
-                f"crashlens: warning: cannot write the job summary: {exc.strerror}", err=True
-            )
-    if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            _fail(f"cannot write {output}: {exc.strerror}")
-        if not quiet:
-            typer.echo(f"crashlens: wrote the {fmt} report to {output}", err=True)
-    elif not quiet:
-        sys.stdout.write(text)
-
-
-#: ``-o FILE`` without ``-f``: the format its extension names.
-_EXTENSIONS = {
-    ".json": "json",
-    ".html": "html",
-    ".htm": "html",
-    ".md": "markdown",
-    ".xml": "junit",
-    ".txt": "text",
-}
-
-
-def _format_of(output: Path) -> str:
-    fmt = _EXTENSIONS.get(output.suffix.lower())
-    if fmt is None:
-        _fail(
-            f"cannot tell the format of {output} from its extension "
-            f"({', '.join(_EXTENSIONS)}); give -f FORMAT"
-        )
-    return fmt
-
-
-def _refuse_overwriting_inputs(files: list[Path], paths: list[str]) -> None:
-    """A report never replaces a log it is about (crashlens never modifies its inputs)."""
-    inputs = [Path(p).resolve() for p in paths if p != "-"]
-    for out in files:
-        target = out.resolve()
-        for src in inputs:
-            if target == src or (src.is_dir() and target.exists() and src in target.parents):
-                _fail(f"--output {out} is one of the inputs; write the report elsewhere")
-
-
-def _exit_code(report: Report, fail_on: str, exit_zero: bool) -> ExitCode:
-    if exit_zero or not report.failed:
-        return ExitCode.OK
-    threshold = SEVERITY_WEIGHT[fail_on]
-    worst = max(SEVERITY_WEIGHT[c.match.rule.severity] for c in report.causes)
-    return ExitCode.FAILURE_FOUND if worst >= threshold else ExitCode.OK
+def _exits() -> Iterator[None]:
+    """The typer-free command code's exit (:class:`CommandExit`) as typer's."""
+    try:
+        yield
+    except CommandExit as exc:
+        raise typer.Exit(exc.code) from None
 
 
 @app.command()
@@ -588,51 +375,3 @@ def rules_test(
     if not files:
         _fail(f"no rule fixtures under {root} (rules/<area>/<id>/*.log beside <id>.yaml)")
     raise typer.Exit(1 if failed else 0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: runs one command and owns the error policy.
-
-    Every way out is an :class:`ExitCode`: the command's own, 2 for a usage or input error
-    (one line, no traceback), 130 for Ctrl-C, and 2 with a one-line "internal error" (the
-    traceback only with ``--traceback``) for a bug.
-    """
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        code = app(args=args, standalone_mode=False)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("crashlens: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
-    except CrashlensError as exc:
-        for line in str(exc).splitlines() or [""]:
-            typer.echo(f"crashlens: error: {line}", err=True)
-        return int(ExitCode.USAGE)
-    except Exception as exc:  # the error policy lives here: report, never a raw traceback
-        show = getattr(exc, "show", None)
-        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
-            show()  # a usage error (bad option, unknown command): click's message
-            return int(ExitCode.USAGE)
-        if "--traceback" in args:
-            raise
-        typer.echo(
-            f"crashlens: error: internal error ({type(exc).__name__}: {exc}); "
-            "rerun with --traceback and report it",
-            err=True,
-        )
-        return int(ExitCode.USAGE)
-    return int(code) if isinstance(code, int) else int(ExitCode.OK)
-
-
-def _scheduler_job(environ: Mapping[str, str]) -> str | None:
-    """The job as its scheduler names it (``train-llama 123456`` under SLURM), if it does."""
-    parts = [environ.get("SLURM_JOB_NAME", ""), environ.get("SLURM_JOB_ID", "")]
-    return " ".join(p for p in parts if p) or None
-
-
-def _post_slack(url: str, payload: str) -> None:
-    """Post to a Slack webhook (the Slack renderer is imported only when one is given)."""
-    from crashlens.render.slack import post_slack
-
-    post_slack(url, payload)

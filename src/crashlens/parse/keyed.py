@@ -1,0 +1,166 @@
+"""A demultiplexed block's per-line writer ids, for the fast path (:mod:`crashlens.parse.fast`).
+
+The per-line work of an interleaved block is array arithmetic over its key ids: counts per
+writer, the lines of the writers that want them, each writer's last quiet lines. A big block
+does it with numpy; a small one (a 1 KB job's whole log) with lists, which give the same
+answers without importing numpy (tests/test_startup.py runs both on the same blocks).
+"""
+
+from __future__ import annotations
+
+import importlib
+from array import array
+from bisect import bisect_left
+from typing import Any
+
+#: Blocks of up to this many lines use lists; bigger ones numpy.
+SMALL_LINES = 4096
+
+
+def block_keys(keys: array[int], lines: int, block: bytes, writers: int, ring: int) -> BlockKeys:
+    """The key ids of ``block`` (``lines`` lines, ``writers`` distinct keys); ``ring`` is how
+    many of a writer's last quiet lines :meth:`BlockKeys.tail` keeps."""
+    small = lines <= SMALL_LINES
+    return (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring)
+
+
+class BlockKeys:
+    """Per line of a block: its writer's key id, and whether it was skimmed (accounted for
+    without being parsed)."""
+
+    def __init__(self, block: bytes, writers: int, ring: int) -> None:
+        self.block = block
+        self.writers = writers
+        self.ring = ring
+
+    def key(self, j: int) -> int:
+        """Line ``j``'s key id."""
+        raise NotImplementedError
+
+    def counts(self, line: int, stop: int) -> list[int]:
+        """Lines of each key id among lines ``[line, stop)``."""
+        raise NotImplementedError
+
+    def wanted(self, line: int, stop: int, wanting: set[int]) -> list[int]:
+        """The lines of ``[line, stop)`` whose key id is in ``wanting``, ascending."""
+        raise NotImplementedError
+
+    def skim(self, line: int, stop: int) -> None:
+        """Mark lines ``[line, stop)`` skimmed."""
+        raise NotImplementedError
+
+    def unskim(self, j: int) -> None:
+        """Line ``j`` was parsed after all."""
+        raise NotImplementedError
+
+    def span(self, j: int) -> tuple[int, int]:
+        """Line ``j``'s bytes in the block: ``block[begin:end]`` (without its newline)."""
+        raise NotImplementedError
+
+    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+        """The last ``ring`` skimmed lines of key id ``i`` in ``[first, upto)``, ascending."""
+        raise NotImplementedError
+
+
+class ListKeys(BlockKeys):
+    """:class:`BlockKeys` on lists (small blocks)."""
+
+    def __init__(self, keys: array[int], lines: int, block: bytes, writers: int, ring: int):
+        super().__init__(block, writers, ring)
+        self.ids: list[int] = keys.tolist()
+        self.skimmed = bytearray(lines)
+        self._ends: list[int] | None = None
+        self._by_key: tuple[list[int], list[int]] | None = None
+
+    def key(self, j: int) -> int:
+        return self.ids[j]
+
+    def counts(self, line: int, stop: int) -> list[int]:
+        counts = [0] * self.writers
+        for i in self.ids[line:stop]:
+            counts[i] += 1
+        return counts
+
+    def wanted(self, line: int, stop: int, wanting: set[int]) -> list[int]:
+        ids = self.ids
+        return [j for j in range(line, stop) if ids[j] in wanting]
+
+    def skim(self, line: int, stop: int) -> None:
+        self.skimmed[line:stop] = b"\x01" * (stop - line)
+
+    def unskim(self, j: int) -> None:
+        self.skimmed[j] = 0
+
+    def span(self, j: int) -> tuple[int, int]:
+        if self._ends is None:
+            block, ends = self.block, []
+            at = block.find(b"\n")
+            while at >= 0:
+                ends.append(at)
+                at = block.find(b"\n", at + 1)
+            self._ends = ends
+        return (self._ends[j - 1] + 1 if j else 0), self._ends[j]
+
+    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+        if self._by_key is None:
+            ids = self.ids
+            order = sorted(range(len(ids)), key=ids.__getitem__)  # stable
+            bounds = [0]
+            for count in self.counts(0, len(ids)):
+                bounds.append(bounds[-1] + count)
+            self._by_key = (order, bounds)
+        order, bounds = self._by_key
+        lo = bisect_left(order, first, bounds[i], bounds[i + 1])
+        hi = bounds[i + 1] if upto is None else bisect_left(order, upto, lo, bounds[i + 1])
+        skimmed = self.skimmed
+        return [j for j in order[lo:hi] if skimmed[j]][-self.ring :]
+
+
+class NumpyKeys(BlockKeys):
+    """:class:`BlockKeys` on numpy arrays (big blocks; numpy is imported for the first)."""
+
+    def __init__(self, keys: array[int], lines: int, block: bytes, writers: int, ring: int):
+        super().__init__(block, writers, ring)
+        self.np: Any = importlib.import_module("numpy")
+        self.ids = self.np.frombuffer(keys, dtype=self.np.uint32)
+        self.skimmed = self.np.zeros(lines, dtype=bool)
+        self._ends: Any = None
+        self._by_key: Any = None
+
+    def key(self, j: int) -> int:
+        return int(self.ids[j])
+
+    def counts(self, line: int, stop: int) -> list[int]:
+        counts: list[int] = self.np.bincount(self.ids[line:stop], minlength=self.writers).tolist()
+        return counts
+
+    def wanted(self, line: int, stop: int, wanting: set[int]) -> list[int]:
+        np, ids = self.np, self.ids[line:stop]
+        mask = ids == next(iter(wanting)) if len(wanting) == 1 else np.isin(ids, list(wanting))
+        lines: list[int] = (np.flatnonzero(mask) + line).tolist()
+        return lines
+
+    def skim(self, line: int, stop: int) -> None:
+        self.skimmed[line:stop] = True
+
+    def unskim(self, j: int) -> None:
+        self.skimmed[j] = False
+
+    def span(self, j: int) -> tuple[int, int]:
+        if self._ends is None:
+            np = self.np
+            self._ends = np.flatnonzero(np.frombuffer(self.block, dtype=np.uint8) == 10).tolist()
+        return (self._ends[j - 1] + 1 if j else 0), self._ends[j]
+
+    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+        np = self.np
+        if self._by_key is None:
+            order = np.argsort(self.ids, kind="stable")
+            bounds = np.searchsorted(self.ids[order], np.arange(self.writers + 1))
+            self._by_key = (order, bounds)
+        order, bounds = self._by_key
+        mine = order[bounds[i] : bounds[i + 1]]
+        stop = None if upto is None else np.searchsorted(mine, upto)
+        mine = mine[np.searchsorted(mine, first) : stop]
+        lines: list[int] = mine[self.skimmed[mine]][-self.ring :].tolist()
+        return lines
