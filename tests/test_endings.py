@@ -81,3 +81,21 @@ def test_warnings_a_cause_needs_are_not_where_the_process_ended(tmp_path: Path) 
     first = report.first_failure
     assert first is not None
     assert lines[first.line - 1].startswith("Traceback (most recent call last)")
+
+
+def test_a_terminate_whose_what_is_the_watchdog_timeout_is_how_the_rank_died_of_it(
+    tmp_path: Path,
+) -> None:
+    # InternLM/InternLM#290 as posted: the watchdog's timeout on ranks 0 and 3, then the
+    # terminate its what(): repeats, then a traceback the paste cuts.
+    lines = Path(__file__).parents[1] / "corpus/tune/internlm-internlm-290/console.log"
+    log = tmp_path / "console.log"
+    log.write_bytes(lines.read_bytes())
+    report = analyze([log])
+    assert report.primary is not None
+    assert (report.primary.rule_id, report.primary.match.rule.cls) == (
+        "nccl-watchdog-timeout",
+        "nccl_timeout",
+    )
+    # the terminate is no cause of its own any more: nothing in this log is
+    assert [c.rule_id for c in report.causes if c.kind == "cause"] == []

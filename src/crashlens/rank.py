@@ -61,6 +61,7 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
     ]
     causes += _revived(matches, causes, env)
     symptoms = [Cause(m, "symptom", environment=env) for m in matches if m.rule.kind == "symptom"]
+    causes, symptoms, carried = _demote_carriers(causes, symptoms, env)
     index = _Tracebacks(timeline)
     for c in (*causes, *symptoms):
         cited = [(h.evidence, h.traceback_id) for h in _lead_first(c.match)]
@@ -76,6 +77,9 @@ def rank(matches: list[Match], timeline: Timeline) -> tuple[list[Cause], FirstFa
             c.confidence = _score(c, first, at_first=True)
     for s in loose:
         s.confidence = round(_score(s, first) * (SYMPTOM_FACTOR if kept else 1.0), 2)
+    for carrier, inner in carried:
+        # how the process died of a finding ranks below the finding
+        carrier.confidence = min(carrier.confidence, round(inner.confidence - 0.01, 2))
     kept.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
     loose.sort(key=lambda c: (-c.confidence, _time_key(c.first_seen), c.rule_id))
     if first is not None and kept and first.rule_id is None:
@@ -255,6 +259,27 @@ def _revived(matches: list[Match], causes: list[Cause], env: dict[str, str]) -> 
     return out
 
 
+def _demote_carriers(
+    causes: list[Cause], symptoms: list[Cause], env: dict[str, str]
+) -> tuple[list[Cause], list[Cause], list[tuple[Cause, Cause]]]:
+    """A failure of class unknown whose own message carries a recognised symptom ("terminate
+    called after throwing ..." whose what(): is the NCCL watchdog's timeout) is how the process
+    died of that symptom: it becomes a symptom too, ranked below the one it carries."""
+    kept: list[Cause] = []
+    carried: list[tuple[Cause, Cause]] = []
+    for c in causes:
+        inner = next(
+            (s for s in symptoms if s.match.rule.cls != "unknown" and _carries(c, s)), None
+        )
+        if c.match.rule.cls != "unknown" or inner is None:
+            kept.append(c)
+            continue
+        demoted = Cause(c.match, "symptom", environment=env)
+        symptoms = [*symptoms, demoted]
+        carried.append((demoted, inner))
+    return kept, symptoms, carried
+
+
 def _handled_only(m: Match) -> bool:
     return all(h.fatal is False for h in m.hits)
 
@@ -327,10 +352,11 @@ CARRIED_LINES = 4
 
 
 def _carries(carrier: Cause, carried: Cause) -> bool:
-    """Whether every hit of ``carried`` lies in a message of ``carrier``: the same file, on a
-    line of ``carrier`` or within :data:`CARRIED_LINES` after one."""
+    """Whether a hit of ``carried`` lies in a message of ``carrier``: the same file, on a line
+    of ``carrier`` or within :data:`CARRIED_LINES` after one (``what():`` naming the watchdog
+    timeout the other ranks' lines show too)."""
     spans = [(h.evidence.file, h.evidence.line) for h in carrier.match.hits]
-    return bool(carried.match.hits) and all(
+    return bool(carried.match.hits) and any(
         any(
             f == h.evidence.file and line <= h.evidence.line <= line + CARRIED_LINES
             for f, line in spans
