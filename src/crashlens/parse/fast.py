@@ -13,11 +13,13 @@ writer's ring is read (:meth:`FastPath.settle`).
 
 from __future__ import annotations
 
+import heapq
 import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import BlockIndex
+from crashlens.parse.repeat import Repeat
 from crashlens.parse.state import RING, Stream
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +41,8 @@ class LineParser(Protocol):
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
     def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
+    def repeats(self, header: bytes, lineno: int) -> tuple[Stream, list[Repeat]] | None: ...
+    def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
 
 
 class _LazyNumpy:
@@ -72,6 +76,12 @@ class FastPath:
         self.pending: dict[int, Stream] = {}
         #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
         self._taken: dict[int, int] = {}
+        #: Block lines of interleaved writers already taken as part of a repeated traceback
+        #: (:meth:`_repeat_demux`), and the same as a heap for the quiet runs to pop.
+        self._replayed: set[int] = set()
+        self._replayed_heap: list[int] = []
+        self._ends_list: list[int] | None = None
+        self._by_stream: dict[int, np.ndarray] = {}
 
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse ``block`` with its ``index``; return the number of its last line."""
@@ -79,11 +89,18 @@ class FastPath:
         self._start_block(block, index, lineno)
         pos = line = 0
         for start, at in zip(index.triggers, index.trigger_lines, strict=True):
-            if at < line:
-                continue  # fed already, for a writer that wanted its lines
+            if at < line or at in self._replayed:
+                continue  # taken already, as part of a repeated traceback
             lineno = self._quiet(block, pos, start, line, at, lineno)
             pos, lineno = parser.feed_bytes(block, start, lineno)
             line = at + 1
+            found = parser.repeats(block[start : pos - 1], lineno)
+            if found is None:
+                continue
+            if self._ids is None:
+                pos, lineno, line = self._repeat_single(block, found, pos, lineno, line)
+            else:
+                self._repeat_demux(block, found, at)
         lineno = self._quiet(block, pos, len(block), line, index.lines, lineno)
         self._end_block()
         return lineno
@@ -103,8 +120,57 @@ class FastPath:
             self._take_tails()
         self.pending.clear()
         self._taken.clear()
+        self._replayed.clear()
+        self._replayed_heap.clear()
+        self._ends_list = None
+        self._by_stream.clear()
         self._block = b""
         self._ids = self._skimmed = self._ends = self._by_key = None
+
+    # -- repeated tracebacks -------------------------------------------------------------
+    def _repeat_single(
+        self, block: bytes, found: tuple[Stream, list[Repeat]], pos: int, lineno: int, line: int
+    ) -> tuple[int, int, int]:
+        """After a traceback header of a one-writer block: take the lines that follow it as
+        a repeat when they are one's; return the next position, line number and line."""
+        stream, repeats = found
+        for repeat in repeats:
+            if block.startswith(repeat.rest, pos):
+                n = len(repeat.texts)
+                self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + 1 + n)))
+                return pos + len(repeat.rest), lineno + n, line + n
+        return pos, lineno, line
+
+    def _repeat_demux(self, block: bytes, found: tuple[Stream, list[Repeat]], at: int) -> None:
+        """After a traceback header at block line ``at`` of an interleaved block: take its
+        writer's next lines as a repeat when they are one's (they are then passed over)."""
+        stream, repeats = found
+        mine = self._writer_lines(stream)
+        first = int(np.searchsorted(mine, at)) + 1
+        if self._ends_list is None:
+            self._ends_list = self._line_ends().tolist()
+        ends = self._ends_list
+        for repeat in repeats:
+            n = len(repeat.texts)
+            lines = mine[first : first + n].tolist()
+            if len(lines) == n and all(
+                block[ends[j - 1] + 1 : ends[j]] == raw
+                for j, raw in zip(lines, repeat.lines[1:], strict=True)
+            ):
+                self.parser.replay(stream, repeat, [self._base + j + 1 for j in lines])
+                self._replayed.update(lines)
+                for j in lines:
+                    heapq.heappush(self._replayed_heap, j)
+                return
+
+    def _writer_lines(self, stream: Stream) -> np.ndarray:
+        """The block's line indexes of ``stream``'s lines (under any of its prefixes)."""
+        lines = self._by_stream.get(id(stream))
+        if lines is None:
+            parts = [self._lines_of(i) for i, s in enumerate(self._streams) if s is stream]
+            lines = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+            self._by_stream[id(stream)] = lines
+        return lines
 
     # -- quiet runs ---------------------------------------------------------------------
     def _quiet(self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int) -> int:
@@ -152,13 +218,17 @@ class FastPath:
         glanced: dict[int, int] = {}
         skimmed = self._skimmed
         skimmed[line:stop] = True
+        replayed = self._replayed_in(stop)
+        for j in replayed:  # counted and kept by the writer's repeat already
+            skimmed[j] = False
+            counts[int(self._ids[j])] -= 1
         if wanting:
             # Only the wanting writers' lines are visited, in file order.
             mask = ids == next(iter(wanting)) if len(wanting) == 1 else np.isin(ids, list(wanting))
             ends = self._line_ends()
             for j in (np.flatnonzero(mask) + line).tolist():
                 i = int(self._ids[j])
-                if i not in wanting:
+                if i not in wanting or j in replayed:
                     continue
                 begin = int(ends[j - 1]) + 1 if j else 0
                 if streams[i].observing_only():
@@ -189,6 +259,16 @@ class FastPath:
                         nccl = self._nccl_lines(block, start, end, line)
                     self._hunt_pid(stream, i, block, nccl, int(counts[i]))
         return lineno + n
+
+    def _replayed_in(self, stop: int) -> set[int]:
+        """The replayed block lines before ``stop`` not yet accounted for by a quiet run."""
+        heap = self._replayed_heap
+        if not heap or heap[0] >= stop:
+            return set()
+        out = set()
+        while heap and heap[0] < stop:
+            out.add(heapq.heappop(heap))
+        return out
 
     @staticmethod
     def _nccl_lines(block: bytes, start: int, end: int, line: int) -> list[tuple[int, int, int]]:

@@ -24,6 +24,8 @@ _LINE_RANK = regex.compile(
     r"\[(?:PG ID 0 PG GUID 0(?:\([^)]*\))? |PG 0 (?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]"
 )
 MAX_HITS_PER_DETECTOR = 20
+#: Distinct tracebacks whose findings a collector remembers (a retried error repeats one).
+MAX_DISTINCT_TRACEBACKS = 1024
 _SYSLOG_HOST = regex.compile(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
@@ -31,6 +33,9 @@ _SYSLOG_HOST = regex.compile(
 #: Per traceback (by ``id``): its id in the report and its verdict for the hits inside it:
 #: fatal (True), survived (False), or not known (None: other tracebacks followed it).
 Verdicts = dict[int, tuple[int, bool | None]]
+#: A detector's finding in a traceback: the rule, detector, fields, which exception (index),
+#: the evidence text and context.
+_TracebackFinding = tuple[Rule, Detector, dict[str, str], int, str, tuple[str, ...]]
 
 
 class HitCollector:
@@ -43,6 +48,7 @@ class HitCollector:
         self.exc_detectors = rules.exception_detectors()
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
+        self._tb_found: dict[tuple[object, ...], list[_TracebackFinding]] = {}
 
     # -- finding --------------------------------------------------------------------------
     def on_line(self, stream: Stream, lineno: int, text: str, in_tb: bool, timed: str) -> None:
@@ -50,6 +56,10 @@ class HitCollector:
         matches = self.matcher.match(text, self.source.kind)
         for rule, det, found in matches or ():
             self._add(stream, rule, det, found, lineno, text, in_tb, timed)
+
+    def capped(self, stream: Stream, rule_id: str, detector: str) -> bool:
+        """Whether a line detector has all the findings it may have in ``stream``."""
+        return self._per_det.get((rule_id, detector, id(stream)), 0) >= MAX_HITS_PER_DETECTOR
 
     def _add(
         self,
@@ -93,8 +103,35 @@ class HitCollector:
     def on_traceback(
         self, stream: Stream, tb: PartialTraceback, when: float | None, inferred: bool
     ) -> None:
-        """Run the exception and traceback detectors on a completed traceback."""
+        """Run the exception and traceback detectors on a completed traceback (once per
+        distinct traceback: a repeat takes the first one's findings)."""
+        key = (tuple(tb.text), tuple((e.type, e.message, e.frames) for e in tb.exceptions))
+        found = self._tb_found.get(key)
+        if found is None:
+            if len(self._tb_found) >= MAX_DISTINCT_TRACEBACKS:
+                self._tb_found.clear()
+            found = self._tb_found[key] = self._match_traceback(tb)
+        for rule, det, fields, at, text, context in found:
+            pending = PendingHit(
+                rule=rule,
+                det=det,
+                fields=dict(fields),
+                lineno=tb.exceptions[at].lineno,
+                text=text,
+                stamp=(when, inferred),
+                context=context,
+                stream=stream,
+                tb=tb,
+            )
+            self.pending.append(pending)
+            if when is None:
+                stream.untimed.append(stamp_setter(pending))
+
+    def _match_traceback(self, tb: PartialTraceback) -> list[_TracebackFinding]:
+        """What the exception and traceback detectors find in ``tb``."""
+        out: list[_TracebackFinding] = []
         where = exception_origin(tb.exceptions[-1])
+        last = len(tb.exceptions) - 1
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
@@ -103,34 +140,24 @@ class HitCollector:
             targets: list[tuple[int, str]]
             if det.scope == "traceback":
                 final = tb.exceptions[-1]
-                targets = [(final.lineno, "\n".join(tb.text))]
+                targets = [(last, "\n".join(tb.text))]
                 shown = exception_text(final).split("\n", 1)[0]
             else:
                 # Newest first: the exception that escaped is the one that killed the process.
-                targets = [(e.lineno, exception_text(e)) for e in reversed(tb.exceptions)]
+                targets = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
                 shown = ""
-            for lineno, target in targets:
+            for at, target in targets:
                 if not _holds_literal(det, target):
                     continue  # every match holds one of the detector's literals
                 found = self.matcher.search(rule, det, target)
                 if found is None:
                     continue
                 first_line = shown or target.split("\n", 1)[0]
-                pending = PendingHit(
-                    rule=rule,
-                    det=det,
-                    fields={k: v for k, v in found.groupdict().items() if v is not None},
-                    lineno=lineno,
-                    text=first_line[:MAX_EVIDENCE_TEXT],
-                    stamp=(when, inferred),
-                    context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
-                    stream=stream,
-                    tb=tb,
-                )
-                self.pending.append(pending)
-                if when is None:
-                    stream.untimed.append(stamp_setter(pending))
+                fields = {k: v for k, v in found.groupdict().items() if v is not None}
+                context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
+                out.append((rule, det, fields, at, first_line[:MAX_EVIDENCE_TEXT], context))
                 break
+        return out
 
     # -- reading ---------------------------------------------------------------------------
     @property

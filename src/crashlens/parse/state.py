@@ -192,6 +192,12 @@ class Stream:
     #: Quiet lines still searched for an NCCL pid (the fast path gives up on a writer that
     #: never logs NCCL lines).
     pid_budget: int = 5000
+    #: The raw lines of the traceback being read, while it may become a repeat
+    #: (:mod:`crashlens.parse.repeat`), and that traceback.
+    recording: list[bytes] | None = None
+    recording_tb: PartialTraceback | None = None
+    #: How many of ``recording`` lead to its last exception line so far.
+    recording_end: int = 0
 
     def wants_lines(self) -> bool:
         """Whether open state (a traceback, a summary, a pending time) needs its next lines."""

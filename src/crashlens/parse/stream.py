@@ -26,11 +26,12 @@ from crashlens.model import (
     SyncMark,
     Traceback,
 )
-from crashlens.parse.clock import Clock
+from crashlens.parse.clock import UNTIMED_PATIENCE, Clock
 from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.repeat import MAX_REPEAT_LINES, Repeat, RepeatMemo, build, fast_forward
 from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
     ERROR_RECORD,
@@ -52,6 +53,9 @@ MAX_FACTS = 200
 _HOST_RANKS = regex.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 _FACT_PROBE = TriggerScanner(facts.TRIGGERS)
 _CONTENT_RANK = regex.compile(r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks")
+_SUMMARY_STARTS = ("Failures:", "Root Cause (first observed failure):")
+#: Tracebacks (their first lines, hashed) seen once: the second time, they become a repeat.
+MAX_SEEN = 4096
 
 
 class FileParser:
@@ -89,6 +93,8 @@ class FileParser:
         self._line_stream: Stream = self._stream(None, None, None)
         self.fast = FastPath(self)
         self.prefixes = key_pattern(style)
+        self.memo = RepeatMemo()
+        self._seen: set[int] = set()
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
@@ -235,6 +241,110 @@ class FileParser:
                     self.feed(lineno, part)
         else:
             self.feed(lineno, text)
+        stream = self._line_stream
+        if stream.recording is not None or stream.assembler.current is not None:
+            self._record(stream, raw, lineno)
+
+    # -- repeats: a traceback printed again is recognised, not parsed again ----------------
+    def _record(self, stream: Stream, raw: bytes, lineno: int) -> None:
+        """Keep the raw lines of the traceback ``stream`` is reading; learn them as a repeat
+        (:mod:`crashlens.parse.repeat`) when it ends, if they were seen before."""
+        cur = stream.assembler.current
+        rec = stream.recording
+        if rec is not None:
+            if cur is not None and cur is stream.recording_tb and len(rec) < MAX_REPEAT_LINES:
+                rec.append(raw)
+                if cur.exc_line == lineno and cur.exc_type is not None:
+                    stream.recording_end = len(rec)
+                return
+            stream.recording = stream.recording_tb = None
+            self._learn(rec[: stream.recording_end])
+        if cur is not None and cur.start_line == lineno and cur.line_count == 1:
+            stream.recording, stream.recording_tb, stream.recording_end = [raw], cur, 0
+
+    def _learn(self, lines: list[bytes]) -> None:
+        """Make a repeat of a traceback's first ``lines`` the second time they are seen."""
+        if not self.memo.wants(lines):
+            return
+        seen = hash(tuple(lines))
+        if seen not in self._seen:
+            if len(self._seen) >= MAX_SEEN:
+                self._seen.clear()
+            self._seen.add(seen)
+            return
+        texts = []
+        for raw in lines:
+            if b"\r" in raw or len(raw) >= MAX_LINE_BYTES:
+                return
+            text = raw.decode("utf-8", "replace")
+            if cap_line(text) != text or split_glued(strip_ansi(text)) != (text,):
+                return
+            text, prefix = strip(text, self.style)
+            if prefix.stamp:
+                return
+            texts.append(text)
+        repeat = build(lines, texts, self._inert, self._line_detectors)
+        if repeat is not None:
+            self.memo.add(repeat)
+
+    def _inert(self, text: str) -> bool:
+        """Whether a line inside a traceback tells nothing but its text: no time, step, pid,
+        rank, fact or launcher summary (so taking it as a repeat changes nothing else)."""
+        return (
+            self.clock.stamp(text) is None
+            and STEP.search(text) is None
+            and " NCCL " not in text
+            and "global_rank_mapping=" not in text
+            and _CONTENT_RANK.search(text) is None
+            and text.strip() not in _SUMMARY_STARTS
+            and not _FACT_PROBE.line_starts(text.encode("utf-8", "replace"))
+        )
+
+    def _line_detectors(self, text: str) -> tuple[tuple[str, str], ...]:
+        found = self.collector.matcher.match(text, self.source.kind)
+        return tuple((rule.id, det.name) for rule, det, _ in found)
+
+    def repeats(self, header: bytes, lineno: int) -> tuple[Stream, list[Repeat]] | None:
+        """The repeats that may follow the traceback header ``header`` just fed as line
+        ``lineno``, with its writer; None when there are none or its state forbids them."""
+        found = self.memo.get(header)
+        if found is None:
+            return None
+        stream = self._line_stream
+        cur = stream.assembler.current
+        if (
+            cur is None
+            or cur is not stream.recording_tb
+            or cur.start_line != lineno
+            or cur.line_count != 1
+            or stream.summary.active
+        ):
+            return None
+        capped = self.collector.capped
+        usable = [r for r in found if all(capped(stream, *d) for d in r.detectors)]
+        return (stream, usable) if usable else None
+
+    def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None:
+        """Take ``repeat``'s lines after its header as lines ``linenos`` of ``stream``."""
+        n = len(linenos)
+        header = stream.assembler.current
+        assert header is not None
+        self.lines += n
+        stream.lines += n
+        self.last_lineno = linenos[-1]
+        ring = stream.ring
+        for item in zip(linenos, repeat.texts, strict=True):
+            ring.append(item)
+        if stream.first_time is None and stream.probe_first > 0:
+            stream.probe_first = max(0, stream.probe_first - n)
+        for _ in range(n):  # what clock.settle does with lines that have no time
+            if not stream.untimed:
+                break
+            stream.untimed_wait += 1
+            if stream.untimed_wait > UNTIMED_PATIENCE:
+                stream.untimed.clear()
+        fast_forward(repeat, stream.assembler, [header.start_line, *linenos])
+        stream.recording = stream.recording_tb = None
 
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None:
         """Read of a quiet line of ``stream`` only what its open state waits for
