@@ -147,9 +147,7 @@ class FastPath:
         stream, repeats = found
         mine = self._writer_lines(stream)
         first = int(np.searchsorted(mine, at)) + 1
-        if self._ends_list is None:
-            self._ends_list = self._line_ends().tolist()
-        ends = self._ends_list
+        ends = self._end_list()
         for repeat in repeats:
             n = len(repeat.texts)
             lines = mine[first : first + n].tolist()
@@ -322,6 +320,12 @@ class FastPath:
             self._ends = np.flatnonzero(np.frombuffer(self._block, dtype=np.uint8) == 10)
         return self._ends
 
+    def _end_list(self) -> list[int]:
+        """:meth:`_line_ends` as a list (for indexing one by one)."""
+        if self._ends_list is None:
+            self._ends_list = self._line_ends().tolist()
+        return self._ends_list
+
     def _key_order(self) -> tuple[np.ndarray, np.ndarray]:
         """The block's line indexes sorted by key id (stable), and each id's bounds in it."""
         if self._by_key is None:
@@ -349,7 +353,7 @@ class FastPath:
             mine = order[bounds[i] : bounds[i + 1]]
             mine = mine[np.searchsorted(mine, first) :]
             picked.setdefault(id(stream), []).extend(mine[skimmed[mine]][-RING:].tolist())
-        ends = self._line_ends().tolist()
+        ends = self._end_list()
         block, base, style = self._block, self._base, self.parser.style
         for key, lines in picked.items():
             if not lines:
@@ -367,20 +371,12 @@ class FastPath:
         self.pending.pop(id(stream), None)
         first = self._taken.get(id(stream), 0)
         self._taken[id(stream)] = upto
-        picked: list[int] = []
-        for i, s in enumerate(self._streams):
-            if s is not stream:
-                continue
-            mine = self._lines_of(i)
-            mine = mine[np.searchsorted(mine, first) : np.searchsorted(mine, upto)]
-            picked.extend(mine[self._skimmed[mine]][-RING:].tolist())
+        mine = self._writer_lines(stream)
+        mine = mine[np.searchsorted(mine, first) : np.searchsorted(mine, upto)]
+        picked: list[int] = mine[self._skimmed[mine]][-RING:].tolist()
         if not picked:
             return
-        picked.sort()
-        ends = self._line_ends()
+        ends = self._end_list()
         block, base = self._block, self._base
-        tail = []
-        for j in picked[-RING:]:
-            begin = int(ends[j - 1]) + 1 if j else 0
-            tail.append((base + j + 1, block[begin : int(ends[j])]))
+        tail = [(base + j + 1, block[(ends[j - 1] + 1 if j else 0) : ends[j]]) for j in picked]
         stream.ring.extend_raw(tail, self.parser.style)

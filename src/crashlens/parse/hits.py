@@ -90,7 +90,7 @@ class HitCollector:
             lineno=lineno,
             text=text[:MAX_EVIDENCE_TEXT],
             stamp=self.clock.hit_time(stream, lineno, timed, in_tb),
-            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
+            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in stream.ring.last(CONTEXT)),
             stream=stream,
             rank_override=stream.summary.current_rank,
         )

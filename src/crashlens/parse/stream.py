@@ -471,7 +471,7 @@ def _summary(stream: Stream, clock: Clock) -> RankSummary:
         lines=stream.lines,
         first_time=stream.first_time,
         last_time=clock.last_time(stream),
-        last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-LAST_LINES:]],
+        last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in stream.ring.last(LAST_LINES)],
         last_file=path,
         last_lineno=stream.ring[-1][0] if stream.ring else 0,
         pids=set(stream.pids),
