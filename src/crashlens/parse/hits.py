@@ -49,6 +49,7 @@ class HitCollector:
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
         self._tb_found: dict[tuple[object, ...], list[_TracebackFinding]] = {}
+        self._roles_of: dict[tuple[tuple[str, str], ...], Roles] = {}
 
     # -- finding --------------------------------------------------------------------------
     def on_line(self, stream: Stream, lineno: int, text: str, in_tb: bool, timed: str) -> None:
@@ -177,10 +178,20 @@ class HitCollector:
             if rule_ids is None or pending.rule.id in rule_ids
         ]
 
+    def _roles(self, fields: dict[str, str]) -> Roles:
+        """``Roles.of(fields)``, one object for the findings of repeated tracebacks."""
+        key = tuple(fields.items())
+        roles = self._roles_of.get(key)
+        if roles is None:
+            if len(self._roles_of) >= MAX_DISTINCT_TRACEBACKS:
+                self._roles_of.clear()
+            roles = self._roles_of[key] = Roles.of(fields)
+        return roles
+
     def freeze(self, hit: PendingHit, verdicts: Verdicts) -> Hit:
         """The final :class:`Hit`: rank and host settled, the traceback's verdict applied."""
         stream = hit.stream
-        roles = Roles.of(hit.fields)
+        roles = self._roles(hit.fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if rank is None:
             rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")

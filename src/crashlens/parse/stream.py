@@ -415,6 +415,8 @@ class FileParser:
         failures: list[ChildFailure] = []
         ranks: list[RankSummary] = []
         sync: list[SyncMark] = []
+        #: One text for the tracebacks a writer repeated (pickled once when sent back).
+        texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
             stream.assembler.close()
             self._complete_tracebacks(stream)
@@ -422,7 +424,7 @@ class FileParser:
             for done, fatal, handled in stream.verdicts():
                 ident = next(self.tb_ids)
                 verdicts[id(done.tb)] = (ident, True if fatal else (False if handled else None))
-                tracebacks.append(_traceback(ident, stream, done, fatal))
+                tracebacks.append(_traceback(ident, stream, done, fatal, texts))
             failures.extend(_failure(self.source, e) for e in stream.summary.done)
             sync.extend(_step_marks(stream, self.clock))
             if stream.host and stream.local_rank is not None and stream.rank is not None:
@@ -489,8 +491,14 @@ def _rank_mapping(text: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _traceback(ident: int, stream: Stream, done: DoneTraceback, fatal: bool) -> Traceback:
+def _traceback(
+    ident: int, stream: Stream, done: DoneTraceback, fatal: bool, texts: dict[tuple[str, ...], str]
+) -> Traceback:
     tb = done.tb
+    lines = tuple(tb.text)
+    text = texts.get(lines)
+    if text is None:
+        text = texts[lines] = "\n".join(lines)
     return Traceback(
         id=ident,
         source=stream.source,
@@ -498,7 +506,7 @@ def _traceback(ident: int, stream: Stream, done: DoneTraceback, fatal: bool) -> 
         host=stream.host,
         start_line=tb.start_line,
         exceptions=tuple(tb.exceptions),
-        text="\n".join(tb.text),
+        text=text,
         time=done.time,
         time_inferred=done.inferred,
         fatal=fatal,
