@@ -41,7 +41,8 @@ class LineParser(Protocol):
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
     def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
-    def repeats(self, header: bytes, lineno: int) -> tuple[Stream, list[Repeat]] | None: ...
+    def repeats(self, header: bytes) -> list[Repeat] | None: ...
+    def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]: ...
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
 
 
@@ -92,15 +93,15 @@ class FastPath:
             if at < line or at in self._replayed:
                 continue  # taken already, as part of a repeated traceback
             lineno = self._quiet(block, pos, start, line, at, lineno)
+            end = block.find(b"\n", start)
+            repeats = parser.repeats(block[start:end]) if end >= 0 else None
+            if repeats is not None:
+                taken = self._repeat(block, repeats, end + 1, at, lineno)
+                if taken:
+                    pos, lineno, line = taken
+                    continue
             pos, lineno = parser.feed_bytes(block, start, lineno)
             line = at + 1
-            found = parser.repeats(block[start : pos - 1], lineno)
-            if found is None:
-                continue
-            if self._ids is None:
-                pos, lineno, line = self._repeat_single(block, found, pos, lineno, line)
-            else:
-                self._repeat_demux(block, found, at)
         lineno = self._quiet(block, pos, len(block), line, index.lines, lineno)
         self._end_block()
         return lineno
@@ -128,23 +129,42 @@ class FastPath:
         self._ids = self._skimmed = self._ends = self._by_key = None
 
     # -- repeated tracebacks -------------------------------------------------------------
-    def _repeat_single(
-        self, block: bytes, found: tuple[Stream, list[Repeat]], pos: int, lineno: int, line: int
-    ) -> tuple[int, int, int]:
-        """After a traceback header of a one-writer block: take the lines that follow it as
-        a repeat when they are one's; return the next position, line number and line."""
-        stream, repeats = found
-        for repeat in repeats:
-            if block.startswith(repeat.rest, pos):
-                n = len(repeat.texts)
-                self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + 1 + n)))
-                return pos + len(repeat.rest), lineno + n, line + n
-        return pos, lineno, line
+    def _repeat(
+        self, block: bytes, repeats: list[Repeat], pos: int, at: int, lineno: int
+    ) -> tuple[int, int, int] | None:
+        """At a traceback header (block line ``at``, ``pos`` just after it), take it and its
+        writer's next lines as one of ``repeats`` when they are one's; then the next position,
+        line number and block line (a one-writer block), or the same with the lines passed
+        over later (an interleaved one). None: not a repeat, to be fed as usual."""
+        if self._ids is None:
+            stream = self.parser.default_stream()
+        else:
+            stream = self._streams[int(self._ids[at])]
+        usable = self.parser.usable(stream, repeats)
+        if not usable:
+            return None
+        if self._ids is None:
+            for repeat in usable:
+                if block.startswith(repeat.rest, pos):
+                    n = len(repeat.texts)
+                    self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + n + 2)))
+                    return pos + len(repeat.rest), lineno + n + 1, at + n + 1
+            return None
+        lines = self._repeat_lines(block, stream, usable, at)
+        if lines is None:
+            return None
+        repeat, taken = lines
+        self.parser.replay(stream, repeat, [self._base + j + 1 for j in (at, *taken)])
+        self._replayed.update(taken)
+        for j in taken:
+            heapq.heappush(self._replayed_heap, j)
+        return pos, lineno + 1, at + 1
 
-    def _repeat_demux(self, block: bytes, found: tuple[Stream, list[Repeat]], at: int) -> None:
-        """After a traceback header at block line ``at`` of an interleaved block: take its
-        writer's next lines as a repeat when they are one's (they are then passed over)."""
-        stream, repeats = found
+    def _repeat_lines(
+        self, block: bytes, stream: Stream, repeats: list[Repeat], at: int
+    ) -> tuple[Repeat, list[int]] | None:
+        """In an interleaved block, the repeat whose lines after its header (block line
+        ``at``) are ``stream``'s next lines, and those lines' block indexes."""
         mine = self._writer_lines(stream)
         first = int(np.searchsorted(mine, at)) + 1
         ends = self._end_list()
@@ -155,11 +175,8 @@ class FastPath:
                 block[ends[j - 1] + 1 : ends[j]] == raw
                 for j, raw in zip(lines, repeat.lines[1:], strict=True)
             ):
-                self.parser.replay(stream, repeat, [self._base + j + 1 for j in lines])
-                self._replayed.update(lines)
-                for j in lines:
-                    heapq.heappush(self._replayed_heap, j)
-                return
+                return repeat, lines
+        return None
 
     def _writer_lines(self, stream: Stream) -> np.ndarray:
         """The block's line indexes of ``stream``'s lines (under any of its prefixes)."""

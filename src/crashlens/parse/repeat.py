@@ -33,6 +33,8 @@ class Repeat:
 
     #: The lines as they are in the file (launcher prefix included), the header first.
     lines: tuple[bytes, ...]
+    #: The header line as the ring keeps it (prefix stripped).
+    header: str
     #: ``lines[1:]`` joined as they follow the header in a one-writer block.
     rest: bytes
     #: ``lines[1:]`` as the ring keeps them (prefix stripped).
@@ -41,8 +43,8 @@ class Repeat:
     tb: PartialTraceback
     state: State
     blank_run: int
-    #: Line detectors that match some of ``lines[1:]``: a repeat is taken only once each has
-    #: its findings capped for the writer (the lines then add none).
+    #: Line detectors that match some of its lines: a repeat is taken only once each has its
+    #: findings capped for the writer (the lines then add none).
     detectors: tuple[tuple[str, str], ...]
 
 
@@ -79,11 +81,11 @@ def build(
 ) -> Repeat | None:
     """The repeat of a traceback's raw ``lines`` (``texts``: prefix stripped), up to its
     final exception's first line; None when the lines are not all taken by one Python
-    traceback from its header, or when one of them (after the header) is not ``inert``."""
+    traceback from its header, or when one of them is not ``inert``."""
     end = _final_exception_line(texts)
     if end is None or end < 2:
         return None
-    if not all(inert(text) for text in texts[1:end]):
+    if not all(inert(text) for text in texts[:end]):
         return None
     scratch = TracebackAssembler()
     for lineno, text in enumerate(texts[:end], 1):
@@ -91,10 +93,11 @@ def build(
     tb = scratch.current
     assert tb is not None
     found: dict[tuple[str, str], None] = {}
-    for text in texts[1:end]:
+    for text in texts[:end]:
         found.update(dict.fromkeys(detectors(text)))
     return Repeat(
         lines=tuple(lines[:end]),
+        header=texts[0],
         rest=b"".join(line + b"\n" for line in lines[1:end]),
         texts=tuple(texts[1:end]),
         tb=tb,
@@ -129,7 +132,7 @@ def fast_forward(repeat: Repeat, assembler: TracebackAssembler, at: Sequence[int
     """Give ``assembler``, which has just taken ``repeat``'s header, the state its next lines
     lead to; ``at`` holds the line numbers of the header and of those lines."""
     cur, t = assembler.current, repeat.tb
-    assert cur is not None
+    assert cur is not None and cur.line_count == 1
     cur.exceptions = [
         ExceptionInfo(e.type, e.message, e.frames, at[e.lineno - 1], e.head_lost)
         for e in t.exceptions

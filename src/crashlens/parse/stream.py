@@ -46,6 +46,7 @@ from crashlens.parse.state import (
 )
 from crashlens.parse.text import split_glued, strip_ansi
 from crashlens.parse.torchrun import SummaryEntry
+from crashlens.parse.traceback import PartialTraceback
 from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
@@ -129,20 +130,7 @@ class FileParser:
         in_tb = stream.assembler.feed(lineno, text)
         current = stream.assembler.current
         if current is not None and current.stamp is None:
-            if stream.ring:
-                current.prelude = stream.ring[-1][1]
-            current.stamp = self.clock.time_of(stream, lineno, timed)
-            last = stream.last_stamp
-            # Its time is its own when the traceback is stamped, or when the line right before
-            # it is the stamped error record that printed it (``logger.exception(...)``,
-            # ``logger.warning(..., exc_info=True)``), not some earlier line's.
-            current.timed_close = not current.stamp[1] or (
-                last is not None
-                and last[0] >= lineno - 1
-                and ERROR_RECORD.search(current.prelude) is not None
-            )
-            if current.stamp[0] is None:
-                stream.untimed.append(stamp_setter(current))
+            self._time_traceback(stream, current, lineno, timed)
         if stream.assembler.done:
             self._complete_tracebacks(stream)
             if not in_tb and stream.watch is not None:
@@ -150,6 +138,25 @@ class FileParser:
                 stream.watch.observe(stream.lines, text, self.clock.stamp(timed))
         self.collector.on_line(stream, lineno, text, in_tb, timed)
         stream.ring.append((lineno, timed))
+
+    def _time_traceback(
+        self, stream: Stream, current: PartialTraceback, lineno: int, timed: str
+    ) -> None:
+        """A traceback that starts at line ``lineno``: its time and the line before it."""
+        if stream.ring:
+            current.prelude = stream.ring[-1][1]
+        current.stamp = self.clock.time_of(stream, lineno, timed)
+        last = stream.last_stamp
+        # Its time is its own when the traceback is stamped, or when the line right before
+        # it is the stamped error record that printed it (``logger.exception(...)``,
+        # ``logger.warning(..., exc_info=True)``), not some earlier line's.
+        current.timed_close = not current.stamp[1] or (
+            last is not None
+            and last[0] >= lineno - 1
+            and ERROR_RECORD.search(current.prelude) is not None
+        )
+        if current.stamp[0] is None:
+            stream.untimed.append(stamp_setter(current))
 
     def _observe(self, stream: Stream, lineno: int, text: str, timed: str) -> None:
         """What a line tells besides its findings: times, ranks, pids, facts, progress."""
@@ -304,47 +311,54 @@ class FileParser:
         found = self.collector.matcher.match(text, self.source.kind)
         return tuple((rule.id, det.name) for rule, det, _ in found)
 
-    def repeats(self, header: bytes, lineno: int) -> tuple[Stream, list[Repeat]] | None:
-        """The repeats that may follow the traceback header ``header`` just fed as line
-        ``lineno``, with its writer; None when there are none or its state forbids them."""
-        found = self.memo.get(header)
-        if found is None:
-            return None
-        stream = self._line_stream
-        cur = stream.assembler.current
-        if (
-            cur is None
-            or cur is not stream.recording_tb
-            or cur.start_line != lineno
-            or cur.line_count != 1
-            or stream.summary.active
-        ):
-            return None
+    def repeats(self, header: bytes) -> list[Repeat] | None:
+        """The repeats whose header line is ``header`` (raw), if any."""
+        return self.memo.get(header)
+
+    def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]:
+        """Of ``repeats``, those ``stream`` may take now: it is between tracebacks and not in
+        a launcher summary, and their lines would add no finding."""
+        if stream.assembler.current is not None or stream.summary.active:
+            return []
         capped = self.collector.capped
-        usable = [r for r in found if all(capped(stream, *d) for d in r.detectors)]
-        return (stream, usable) if usable else None
+        return [r for r in repeats if all(capped(stream, *d) for d in r.detectors)]
 
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None:
-        """Take ``repeat``'s lines after its header as lines ``linenos`` of ``stream``."""
+        """Take ``repeat``'s lines as lines ``linenos`` of ``stream`` (the header's first), as
+        the per-line path would: they are inert (:func:`~crashlens.parse.repeat.build`), so
+        all they do is count, start the traceback, take its time and fill the ring."""
+        header = linenos[0]
+        self._line_stream = stream
+        if self.fast.pending:
+            self.fast.settle(stream, header)
         n = len(linenos)
-        header = stream.assembler.current
-        assert header is not None
         self.lines += n
-        stream.lines += n
         self.last_lineno = linenos[-1]
-        ring = stream.ring
-        for item in zip(linenos, repeat.texts, strict=True):
-            ring.append(item)
+        stream.lines += 1  # the rest once the traceback has its time
         if stream.first_time is None and stream.probe_first > 0:
             stream.probe_first = max(0, stream.probe_first - n)
-        for _ in range(n):  # what clock.settle does with lines that have no time
+        self._wait_untimed(stream, 1)
+        stream.assembler.feed(header, repeat.header)
+        current = stream.assembler.current
+        assert current is not None
+        self._time_traceback(stream, current, header, repeat.header)
+        stream.lines += n - 1
+        ring = stream.ring
+        ring.append((header, repeat.header))
+        for item in zip(linenos[1:], repeat.texts, strict=True):
+            ring.append(item)
+        self._wait_untimed(stream, n - 1)
+        fast_forward(repeat, stream.assembler, linenos)
+
+    @staticmethod
+    def _wait_untimed(stream: Stream, lines: int) -> None:
+        """What :meth:`Clock.settle` does with ``lines`` lines that have no time."""
+        for _ in range(lines):
             if not stream.untimed:
-                break
+                return
             stream.untimed_wait += 1
             if stream.untimed_wait > UNTIMED_PATIENCE:
                 stream.untimed.clear()
-        fast_forward(repeat, stream.assembler, [header.start_line, *linenos])
-        stream.recording = stream.recording_tb = None
 
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None:
         """Read of a quiet line of ``stream`` only what its open state waits for
