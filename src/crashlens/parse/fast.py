@@ -229,7 +229,14 @@ class FastPath:
         ids = self._ids[line:stop]
         counts = np.bincount(ids, minlength=len(streams))
         present = np.flatnonzero(counts).tolist()
-        wanting = {i for i in present if streams[i].wants_lines()}
+        wanting = set()
+        for i in present:
+            stream = streams[i]
+            if not stream.settled:
+                if stream.wants_lines():
+                    wanting.add(i)
+                else:
+                    stream.settled = True
         glanced: dict[int, int] = {}
         skimmed = self._skimmed
         skimmed[line:stop] = True
@@ -239,7 +246,12 @@ class FastPath:
             counts[int(self._ids[j])] -= 1
         if wanting:
             # Only the wanting writers' lines are visited, in file order.
-            mask = ids == next(iter(wanting)) if len(wanting) == 1 else np.isin(ids, list(wanting))
+            if len(wanting) == 1:
+                mask = ids == next(iter(wanting))
+            else:
+                table = np.zeros(len(streams), dtype=bool)
+                table[list(wanting)] = True
+                mask = table[ids]
             ends = self._line_ends()
             for j in (np.flatnonzero(mask) + line).tolist():
                 i = int(self._ids[j])
@@ -255,6 +267,7 @@ class FastPath:
                     skimmed[j] = False
                     counts[i] -= 1
                 if not streams[i].wants_lines():
+                    streams[i].settled = True
                     wanting.discard(i)
                     if not wanting:
                         break

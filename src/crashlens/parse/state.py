@@ -200,6 +200,9 @@ class Stream:
     recording_tb: PartialTraceback | None = None
     #: How many of ``recording`` lead to its last exception line so far.
     recording_end: int = 0
+    #: :meth:`wants_lines` was False, and nothing has been fed to it since (only a fed line
+    #: can make it True again: every other change to its state only closes what is open).
+    settled: bool = False
 
     def wants_lines(self) -> bool:
         """Whether open state (a traceback, a summary, a pending time) needs its next lines."""

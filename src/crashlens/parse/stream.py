@@ -124,6 +124,7 @@ class FileParser:
             stream = self._line_stream
         if prefix.rank is not None and stream.rank is None:
             stream.rank = prefix.rank
+        stream.settled = False
         stream.lines += new_line
         self._observe(stream, lineno, text, timed)
         stream.summary.feed(lineno, text)
@@ -329,6 +330,7 @@ class FileParser:
         all they do is count, start the traceback, take its time and fill the ring."""
         header = linenos[0]
         self._line_stream = stream
+        stream.settled = False
         if self.fast.pending:
             self.fast.settle(stream, header)
         n = len(linenos)
