@@ -145,7 +145,7 @@ class FastPath:
             return None
         if self._ids is None:
             for repeat in usable:
-                if block.startswith(repeat.rest, pos):
+                if repeat.bare and block.startswith(repeat.rest, pos):
                     n = len(repeat.texts)
                     self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + n + 2)))
                     return pos + len(repeat.rest), lineno + n + 1, at + n + 1

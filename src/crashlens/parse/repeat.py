@@ -46,6 +46,9 @@ class Repeat:
     #: Line detectors that match some of its lines: a repeat is taken only once each has its
     #: findings capped for the writer (the lines then add none).
     detectors: tuple[tuple[str, str], ...]
+    #: No line carries a launcher prefix (only such a repeat is looked for in a block of
+    #: one writer: its lines are that writer's).
+    bare: bool
 
 
 class RepeatMemo:
@@ -78,10 +81,12 @@ def build(
     texts: Sequence[str],
     inert: Callable[[str], bool],
     detectors: Callable[[str], tuple[tuple[str, str], ...]],
+    *,
+    bare: bool,
 ) -> Repeat | None:
-    """The repeat of a traceback's raw ``lines`` (``texts``: prefix stripped), up to its
-    final exception's first line; None when the lines are not all taken by one Python
-    traceback from its header, or when one of them is not ``inert``."""
+    """The repeat of a traceback's raw ``lines`` (``texts``: prefix stripped; ``bare``: they
+    had none), up to its final exception's first line; None when the lines are not all taken
+    by one Python traceback from its header, or when one of them is not ``inert``."""
     end = _final_exception_line(texts)
     if end is None or end < 2:
         return None
@@ -104,6 +109,7 @@ def build(
         state=scratch.state,
         blank_run=scratch.blank_run,
         detectors=tuple(found),
+        bare=bare,
     )
 
 

@@ -14,7 +14,7 @@ import itertools
 import regex
 
 from crashlens import facts
-from crashlens.ingest.prefixes import PrefixStyle, key_pattern, nccl_origin, strip
+from crashlens.ingest.prefixes import NO_PREFIX, PrefixStyle, key_pattern, nccl_origin, strip
 from crashlens.ingest.read import cap_line
 from crashlens.model import (
     ChildFailure,
@@ -45,6 +45,7 @@ from crashlens.parse.state import (
     time_setter,
 )
 from crashlens.parse.text import split_glued, strip_ansi
+from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry
 from crashlens.parse.traceback import PartialTraceback
 from crashlens.ruletypes import RuleSet
@@ -280,7 +281,8 @@ class FileParser:
                 self._seen.clear()
             self._seen.add(seen)
             return
-        texts = []
+        texts: list[str] = []
+        bare = True
         for raw in lines:
             if b"\r" in raw or len(raw) >= MAX_LINE_BYTES:
                 return
@@ -290,8 +292,9 @@ class FileParser:
             text, prefix = strip(text, self.style)
             if prefix.stamp:
                 return
+            bare = bare and prefix == NO_PREFIX
             texts.append(text)
-        repeat = build(lines, texts, self._inert, self._line_detectors)
+        repeat = build(lines, texts, self._inert, self._line_detectors, bare=bare)
         if repeat is not None:
             self.memo.add(repeat)
 
@@ -299,7 +302,7 @@ class FileParser:
         """Whether a line inside a traceback tells nothing but its text: no time, step, pid,
         rank, fact or launcher summary (so taking it as a repeat changes nothing else)."""
         return (
-            self.clock.stamp(text) is None
+            parse_timestamp(text, self.clock.year) is None
             and STEP.search(text) is None
             and " NCCL " not in text
             and "global_rank_mapping=" not in text
