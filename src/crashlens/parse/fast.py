@@ -35,8 +35,10 @@ class LineParser(Protocol):
     last_lineno: int
     style: PrefixStyle
 
-    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]: ...
-    def feed_raw(self, raw: bytes, lineno: int) -> None: ...
+    def feed_bytes(
+        self, block: bytes, pos: int, lineno: int, *, quiet: bool = False
+    ) -> tuple[int, int]: ...
+    def feed_raw(self, raw: bytes, lineno: int, *, quiet: bool = False) -> None: ...
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None: ...
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
@@ -213,7 +215,7 @@ class FastPath:
                 parser.skip(block, start, probed, n, lineno + n)
                 start, lineno, count = probed, lineno + n, count - n
                 continue
-            start, lineno = parser.feed_bytes(block, start, lineno)
+            start, lineno = parser.feed_bytes(block, start, lineno, quiet=True)
             count -= 1
         if start < end:
             parser.skip(block, start, end, count, lineno + count)
@@ -263,7 +265,7 @@ class FastPath:
                     parser.glance(streams[i], block[begin : int(ends[j])], self._base + j + 1)
                     glanced[i] = glanced.get(i, 0) + 1
                 else:
-                    parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1)
+                    parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1, quiet=True)
                     skimmed[j] = False
                     counts[i] -= 1
                 if not streams[i].wants_lines():

@@ -97,6 +97,8 @@ class FileParser:
         self.prefixes = key_pattern(style)
         self.memo = RepeatMemo()
         self._seen: set[int] = set()
+        #: The line being fed holds no trigger literal (:meth:`feed_raw`).
+        self._plain = False
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
@@ -138,7 +140,8 @@ class FileParser:
             if not in_tb and stream.watch is not None:
                 # The line that closed the traceback is already the writer going on.
                 stream.watch.observe(stream.lines, text, self.clock.stamp(timed))
-        self.collector.on_line(stream, lineno, text, in_tb, timed)
+        if not self._plain:
+            self.collector.on_line(stream, lineno, text, in_tb, timed)
         stream.ring.append((lineno, timed))
 
     def _time_traceback(
@@ -185,7 +188,7 @@ class FileParser:
         self.clock.learn(text)
         if "global_rank_mapping=" in text:
             self.rank_map.update(_rank_mapping(text))
-        if _FACT_PROBE.line_starts(text.encode("utf-8", "replace")):
+        if not self._plain and _FACT_PROBE.line_starts(text.encode("utf-8", "replace")):
             for key, value in facts.extract(text).items():
                 seen = (key, stream.host, stream.rank)
                 if seen not in self._fact_keys and len(self.facts) < MAX_FACTS:
@@ -232,17 +235,25 @@ class FileParser:
         stream.assembler.done.clear()
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
-    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
+    def feed_bytes(
+        self, block: bytes, pos: int, lineno: int, *, quiet: bool = False
+    ) -> tuple[int, int]:
         """Feed the line of ``block`` starting at ``pos``; return the next position and its
-        line number."""
+        line number. ``quiet``: the line holds no trigger literal (see :meth:`feed_raw`)."""
         end = block.find(b"\n", pos)
         if end < 0:
             end = len(block)
-        self.feed_raw(block[pos : min(end, pos + MAX_LINE_BYTES)], lineno + 1)
+        self.feed_raw(block[pos : min(end, pos + MAX_LINE_BYTES)], lineno + 1, quiet=quiet)
         return end + 1, lineno + 1
 
-    def feed_raw(self, raw: bytes, lineno: int) -> None:
-        """Feed one physical line given as bytes (cut to :data:`MAX_LINE_BYTES` or not)."""
+    def feed_raw(self, raw: bytes, lineno: int, *, quiet: bool = False) -> None:
+        """Feed one physical line given as bytes (cut to :data:`MAX_LINE_BYTES` or not).
+
+        ``quiet``: the fast path's index found no trigger literal in it, so no detector and no
+        fact extractor can match it (unless removing terminal markup joins one: then it is
+        looked at as any other line).
+        """
+        self._plain = quiet and b"\x1b" not in raw
         text = cap_line(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         if "\r" in text:
             for part in text.split("\r"):
@@ -250,6 +261,7 @@ class FileParser:
                     self.feed(lineno, part)
         else:
             self.feed(lineno, text)
+        self._plain = False
         stream = self._line_stream
         if stream.recording is not None or stream.assembler.current is not None:
             self._record(stream, raw, lineno)
