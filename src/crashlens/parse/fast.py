@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import importlib
+from array import array
 from typing import TYPE_CHECKING, Any, Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
@@ -72,6 +73,8 @@ class FastPath:
         self._base = 0
         self._streams: list[Stream] = []
         self._ids: np.ndarray | None = None
+        #: The same key ids, for reading one at a time.
+        self._keys: array[int] = array("I")
         self._skimmed: np.ndarray | None = None
         self._ends: np.ndarray | None = None
         self._by_key: tuple[np.ndarray, np.ndarray] | None = None
@@ -114,6 +117,7 @@ class FastPath:
             self._ids = None
             return
         self._streams = [self._key_stream(key) for key in index.key_table]
+        self._keys = index.keys
         self._ids = np.frombuffer(index.keys, dtype=np.uint32)
         self._skimmed = np.zeros(index.lines, dtype=bool)
         self._ends = self._by_key = None
@@ -141,7 +145,7 @@ class FastPath:
         if self._ids is None:
             stream = self.parser.default_stream()
         else:
-            stream = self._streams[int(self._ids[at])]
+            stream = self._streams[self._keys[at]]
         usable = self.parser.usable(stream, repeats)
         if not usable:
             return None
@@ -229,8 +233,9 @@ class FastPath:
         assert self._ids is not None and self._skimmed is not None
         parser, streams = self.parser, self._streams
         ids = self._ids[line:stop]
-        counts = np.bincount(ids, minlength=len(streams))
-        present = np.flatnonzero(counts).tolist()
+        keys = self._keys
+        counts: list[int] = np.bincount(ids, minlength=len(streams)).tolist()
+        present = [i for i, count in enumerate(counts) if count]
         wanting = set()
         for i in present:
             stream = streams[i]
@@ -245,7 +250,7 @@ class FastPath:
         replayed = self._replayed_in(stop)
         for j in replayed:  # counted and kept by the writer's repeat already
             skimmed[j] = False
-            counts[int(self._ids[j])] -= 1
+            counts[keys[j]] -= 1
         if wanting:
             # Only the wanting writers' lines are visited, in file order.
             if len(wanting) == 1:
@@ -254,18 +259,18 @@ class FastPath:
                 table = np.zeros(len(streams), dtype=bool)
                 table[list(wanting)] = True
                 mask = table[ids]
-            ends = self._line_ends()
+            ends = self._end_list()
             for j in (np.flatnonzero(mask) + line).tolist():
-                i = int(self._ids[j])
+                i = keys[j]
                 if i not in wanting or j in replayed:
                     continue
-                begin = int(ends[j - 1]) + 1 if j else 0
+                raw = block[ends[j - 1] + 1 if j else 0 : ends[j]]
                 if streams[i].observing_only():
                     # Glanced at for what open state waits for; the line stays skimmed.
-                    parser.glance(streams[i], block[begin : int(ends[j])], self._base + j + 1)
+                    parser.glance(streams[i], raw, self._base + j + 1)
                     glanced[i] = glanced.get(i, 0) + 1
                 else:
-                    parser.feed_raw(block[begin : int(ends[j])], self._base + j + 1, quiet=True)
+                    parser.feed_raw(raw, self._base + j + 1, quiet=True)
                     skimmed[j] = False
                     counts[i] -= 1
                 if not streams[i].wants_lines():
@@ -274,20 +279,21 @@ class FastPath:
                     if not wanting:
                         break
         n = len(ids)
-        parser.lines += int(counts.sum())
+        parser.lines += sum(counts)
         parser.last_lineno = lineno + n
         for i, n_glanced in glanced.items():
             streams[i].lines -= n_glanced  # counted with the quiet lines below
         nccl: list[tuple[int, int, int]] | None = None
         for i in present:
-            if counts[i]:
+            count = counts[i]
+            if count:
                 stream = streams[i]
-                stream.lines += int(counts[i])
+                stream.lines += count
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
                     if nccl is None:  # one scan of the range for every writer that hunts
                         nccl = self._nccl_lines(block, start, end, line)
-                    self._hunt_pid(stream, i, block, nccl, int(counts[i]))
+                    self._hunt_pid(stream, i, block, nccl, count)
         return lineno + n
 
     def _replayed_in(self, stop: int) -> set[int]:
@@ -321,10 +327,9 @@ class FastPath:
         self, stream: Stream, i: int, block: bytes, nccl: list[tuple[int, int, int]], n: int
     ) -> None:
         """A writer with no pid yet takes the one of its first NCCL line here."""
-        assert self._ids is not None
-        ids = self._ids
+        keys = self._keys
         for lines, line_start, line_end in nccl:
-            if ids[lines] == i and stream.learn_pid(block[line_start:line_end]):
+            if keys[lines] == i and stream.learn_pid(block[line_start:line_end]):
                 return
         stream.pid_budget -= n
 
