@@ -161,3 +161,18 @@ def test_different_tracebacks_under_the_same_header_are_told_apart(tmp_path: Pat
     ]
     assert _occurrences(fast) == _occurrences(_read(path, fast=False))
     assert _hits(fast) == _hits(_read(path, fast=False))
+
+
+def test_a_traceback_too_long_to_keep_is_parsed_as_any_other(tmp_path: Path) -> None:
+    long = RETRIED.replace("Connection reset by peer", "Connection reset by peer " + "x" * 3000)
+    out = []
+    for n in range(1, 60):
+        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
+        out.extend(long.format(ts=_stamp(n)).splitlines(keepends=True))
+    out.append(STEP.format(ts=_stamp(100), ms=0, n=100))
+    path = tmp_path / "rank_1.log"
+    path.write_text("".join(out))
+    fast, slow = _read(path), _read(path, fast=False)
+    assert len(fast.tracebacks) == 59
+    assert _occurrences(fast) == _occurrences(slow)
+    assert _hits(fast) == _hits(slow)

@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from crashlens.model import ExceptionInfo
 from crashlens.parse.traceback import PartialTraceback, State, TracebackAssembler
 
-#: Longest traceback (in lines) kept as a repeat.
+#: Longest traceback kept as a repeat: lines, bytes of one line, bytes in all (memory stays
+#: bounded however long a writer's lines are).
 MAX_REPEAT_LINES = 64
+MAX_REPEAT_LINE_BYTES = 2048
+MAX_REPEAT_BYTES = 16 * 1024
 #: Repeats kept per file, and per header line (different tracebacks under the same header).
-MAX_REPEATS = 256
+MAX_REPEATS = 128
 PER_HEADER = 8
 
 
@@ -64,7 +67,7 @@ class RepeatMemo:
 
     def wants(self, lines: Sequence[bytes]) -> bool:
         """Whether a traceback of these raw lines would be a new repeat."""
-        if self.size >= MAX_REPEATS or len(lines) < 2:
+        if self.size >= MAX_REPEATS or len(lines) < 2 or sum(map(len, lines)) > MAX_REPEAT_BYTES:
             return False
         known = self._by_header.get(lines[0], [])
         if len(known) >= PER_HEADER:

@@ -31,7 +31,14 @@ from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
-from crashlens.parse.repeat import MAX_REPEAT_LINES, Repeat, RepeatMemo, build, fast_forward
+from crashlens.parse.repeat import (
+    MAX_REPEAT_LINE_BYTES,
+    MAX_REPEAT_LINES,
+    Repeat,
+    RepeatMemo,
+    build,
+    fast_forward,
+)
 from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
     ERROR_RECORD,
@@ -273,14 +280,24 @@ class FileParser:
         cur = stream.assembler.current
         rec = stream.recording
         if rec is not None:
-            if cur is not None and cur is stream.recording_tb and len(rec) < MAX_REPEAT_LINES:
+            inside = cur is not None and cur is stream.recording_tb
+            if inside and len(rec) < MAX_REPEAT_LINES and len(raw) <= MAX_REPEAT_LINE_BYTES:
                 rec.append(raw)
+                assert cur is not None
                 if cur.exc_line == lineno and cur.exc_type is not None:
                     stream.recording_end = len(rec)
                 return
+            # It ended (or grew too long to keep): what led to its last exception line so far.
             stream.recording = stream.recording_tb = None
             self._learn(rec[: stream.recording_end])
-        if cur is not None and cur.start_line == lineno and cur.line_count == 1:
+            if inside:
+                return
+        if (
+            cur is not None
+            and cur.start_line == lineno
+            and cur.line_count == 1
+            and len(raw) <= MAX_REPEAT_LINE_BYTES
+        ):
             stream.recording, stream.recording_tb, stream.recording_end = [raw], cur, 0
 
     def _learn(self, lines: list[bytes]) -> None:
