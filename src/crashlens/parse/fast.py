@@ -83,7 +83,7 @@ class FastPath:
         #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
         self._taken: dict[int, int] = {}
         #: Block lines of interleaved writers already taken as part of a repeated traceback
-        #: (:meth:`_repeat_demux`), and the same as a heap for the quiet runs to pop.
+        #: (:meth:`_repeat`), and the same as a heap for the quiet runs to pop.
         self._replayed: set[int] = set()
         self._replayed_heap: list[int] = []
         self._ends_list: list[int] | None = None
@@ -102,7 +102,7 @@ class FastPath:
             repeats = parser.repeats(block[start:end]) if end >= 0 else None
             if repeats is not None:
                 taken = self._repeat(block, repeats, end + 1, at, lineno)
-                if taken:
+                if taken is not None:
                     pos, lineno, line = taken
                     continue
             pos, lineno = parser.feed_bytes(block, start, lineno)
