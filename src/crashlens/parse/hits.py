@@ -133,19 +133,20 @@ class HitCollector:
         out: list[_TracebackFinding] = []
         where = exception_origin(tb.exceptions[-1])
         last = len(tb.exceptions) - 1
+        # Newest first: the exception that escaped is the one that killed the process.
+        exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
+        whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
             if det.origin is not None and where not in det.origin:
                 continue
-            targets: list[tuple[int, str]]
             if det.scope == "traceback":
-                final = tb.exceptions[-1]
-                targets = [(last, "\n".join(tb.text))]
-                shown = exception_text(final).split("\n", 1)[0]
+                whole = whole or [(last, "\n".join(tb.text))]
+                targets = whole
+                shown = exceptions[0][1].split("\n", 1)[0]
             else:
-                # Newest first: the exception that escaped is the one that killed the process.
-                targets = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
+                targets = exceptions
                 shown = ""
             for at, target in targets:
                 if not _holds_literal(det, target):
