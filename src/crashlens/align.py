@@ -40,6 +40,12 @@ def _shift(ev: Evidence, skew: Mapping[str, float]) -> Evidence:
     return dataclasses.replace(ev, time=ev.time - skew[ev.host])
 
 
+def _shift_hit(hit: Hit, skew: Mapping[str, float]) -> Hit:
+    """A hit on the reference clock (the same hit when its clock needs no correction)."""
+    evidence = _shift(hit.evidence, skew)
+    return hit if evidence is hit.evidence else dataclasses.replace(hit, evidence=evidence)
+
+
 def _shift_failure(f: ChildFailure, skew: Mapping[str, float]) -> ChildFailure:
     """A launcher report on the reference clock: its time and its evidence's alike."""
     host = f.evidence.host or f.host or ""
@@ -77,7 +83,7 @@ def align(
     failures: list[ChildFailure] = []
     summaries: list[RankSummary] = []
     for res in results:
-        hits.extend(dataclasses.replace(h, evidence=_shift(h.evidence, offsets)) for h in res.hits)
+        hits.extend(_shift_hit(h, offsets) for h in res.hits)
         for tb in res.tracebacks:
             if tb.time is not None and tb.host in offsets:
                 tb = dataclasses.replace(tb, time=tb.time - offsets[tb.host or ""])

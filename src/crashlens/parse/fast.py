@@ -14,11 +14,15 @@ quiet lines, taken once per block or just before the writer's ring is read
 
 from __future__ import annotations
 
+import heapq
+from array import array
+from bisect import bisect_left
 from typing import Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.keyed import BlockKeys, block_keys
+from crashlens.parse.repeat import Repeat
 from crashlens.parse.state import RING, Stream
 
 
@@ -31,12 +35,17 @@ class LineParser(Protocol):
     last_lineno: int
     style: PrefixStyle
 
-    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]: ...
-    def feed_raw(self, raw: bytes, lineno: int) -> None: ...
+    def feed_bytes(
+        self, block: bytes, pos: int, lineno: int, *, quiet: bool = False
+    ) -> tuple[int, int]: ...
+    def feed_raw(self, raw: bytes, lineno: int, *, quiet: bool = False) -> None: ...
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None: ...
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
     def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
+    def repeats(self, header: bytes) -> list[Repeat] | None: ...
+    def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]: ...
+    def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
 
 
 class FastPath:
@@ -49,12 +58,19 @@ class FastPath:
         self._block = b""
         self._base = 0
         self._streams: list[Stream] = []
-        #: The block's key ids per line; None when no line has a prefix.
-        self._keys: BlockKeys | None = None
+        #: The block's key ids per line (None when no line has a prefix), and the same ids
+        #: for reading one at a time.
+        self._bk: BlockKeys | None = None
+        self._keys: array[int] = array("I")
         #: Streams (by id) with skimmed lines in this block their ring has not taken yet.
         self.pending: dict[int, Stream] = {}
         #: Per stream (by id), the block line up to which its ring has taken skimmed lines.
         self._taken: dict[int, int] = {}
+        #: Block lines of interleaved writers already taken as part of a repeated traceback
+        #: (:meth:`_repeat`), and the same as a heap for the quiet runs to pop.
+        self._replayed: set[int] = set()
+        self._replayed_heap: list[int] = []
+        self._by_stream: dict[int, list[int]] = {}
 
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse ``block`` with its ``index``; return the number of its last line."""
@@ -62,9 +78,16 @@ class FastPath:
         self._start_block(block, index, lineno)
         pos = line = 0
         for start, at in zip(index.triggers, index.trigger_lines, strict=True):
-            if at < line:
-                continue  # fed already, for a writer that wanted its lines
+            if at < line or at in self._replayed:
+                continue  # taken already, as part of a repeated traceback
             lineno = self._quiet(block, pos, start, line, at, lineno)
+            end = block.find(b"\n", start)
+            repeats = parser.repeats(block[start:end]) if end >= 0 else None
+            if repeats is not None:
+                taken = self._repeat(block, repeats, end + 1, at, lineno)
+                if taken is not None:
+                    pos, lineno, line = taken
+                    continue
             pos, lineno = parser.feed_bytes(block, start, lineno)
             line = at + 1
         lineno = self._quiet(block, pos, len(block), line, index.lines, lineno)
@@ -74,24 +97,87 @@ class FastPath:
     def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
         self._block, self._base = block, lineno
         if index.keys is None:
-            self._keys = None
+            self._bk = None
             return
         self._streams = [self._key_stream(key) for key in index.key_table]
-        self._keys = block_keys(index.keys, index.lines, block, len(self._streams), RING)
+        self._keys = index.keys
+        self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING)
 
     def _end_block(self) -> None:
         if self.pending:
             self._take_tails()
         self.pending.clear()
         self._taken.clear()
+        self._replayed.clear()
+        self._replayed_heap.clear()
+        self._by_stream.clear()
         self._block = b""
-        self._keys = None
+        self._bk = None
+
+    # -- repeated tracebacks -------------------------------------------------------------
+    def _repeat(
+        self, block: bytes, repeats: list[Repeat], pos: int, at: int, lineno: int
+    ) -> tuple[int, int, int] | None:
+        """At a traceback header (block line ``at``, ``pos`` just after it), take it and its
+        writer's next lines as one of ``repeats`` when they are one's; then the next position,
+        line number and block line (a one-writer block), or the same with the lines passed
+        over later (an interleaved one). None: not a repeat, to be fed as usual."""
+        bk = self._bk
+        stream = self.parser.default_stream() if bk is None else self._streams[self._keys[at]]
+        usable = self.parser.usable(stream, repeats)
+        if not usable:
+            return None
+        if self._bk is None:
+            for repeat in usable:
+                if repeat.bare and block.startswith(repeat.rest, pos):
+                    n = len(repeat.texts)
+                    self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + n + 2)))
+                    return pos + len(repeat.rest), lineno + n + 1, at + n + 1
+            return None
+        lines = self._repeat_lines(block, stream, usable, at)
+        if lines is None:
+            return None
+        repeat, taken = lines
+        self.parser.replay(stream, repeat, [self._base + j + 1 for j in (at, *taken)])
+        self._replayed.update(taken)
+        for j in taken:
+            heapq.heappush(self._replayed_heap, j)
+        return pos, lineno + 1, at + 1
+
+    def _repeat_lines(
+        self, block: bytes, stream: Stream, repeats: list[Repeat], at: int
+    ) -> tuple[Repeat, list[int]] | None:
+        """In an interleaved block, the repeat whose lines after its header (block line
+        ``at``) are ``stream``'s next lines, and those lines' block indexes."""
+        mine = self._writer_lines(stream)
+        first = bisect_left(mine, at) + 1
+        ends = self._end_list()
+        for repeat in repeats:
+            n = len(repeat.texts)
+            lines = mine[first : first + n]
+            if len(lines) == n and all(
+                block[ends[j - 1] + 1 : ends[j]] == raw
+                for j, raw in zip(lines, repeat.lines[1:], strict=True)
+            ):
+                return repeat, lines
+        return None
+
+    def _writer_lines(self, stream: Stream) -> list[int]:
+        """The block's line indexes of ``stream``'s lines (under any of its prefixes)."""
+        lines = self._by_stream.get(id(stream))
+        if lines is None:
+            assert self._bk is not None
+            bk = self._bk
+            parts = [bk.lines_of(i) for i, s in enumerate(self._streams) if s is stream]
+            lines = parts[0] if len(parts) == 1 else sorted(j for part in parts for j in part)
+            self._by_stream[id(stream)] = lines
+        return lines
 
     # -- quiet runs ---------------------------------------------------------------------
     def _quiet(self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int) -> int:
         if start >= end:
             return lineno
-        if self._keys is None:
+        if self._bk is None:
             return self._quiet_single(block, start, end, stop - line, lineno)
         return self._quiet_demux(block, start, end, line, stop, lineno)
 
@@ -113,7 +199,7 @@ class FastPath:
                 parser.skip(block, start, probed, n, lineno + n)
                 start, lineno, count = probed, lineno + n, count - n
                 continue
-            start, lineno = parser.feed_bytes(block, start, lineno)
+            start, lineno = parser.feed_bytes(block, start, lineno, quiet=True)
             count -= 1
         if start < end:
             parser.skip(block, start, end, count, lineno + count)
@@ -124,30 +210,44 @@ class FastPath:
         self, block: bytes, start: int, end: int, line: int, stop: int, lineno: int
     ) -> int:
         """Interleaved writers: each line is the writer's its prefix names."""
-        keys = self._keys
-        assert keys is not None
+        bk = self._bk
+        assert bk is not None
         parser, streams = self.parser, self._streams
-        counts = keys.counts(line, stop)
+        keys = self._keys
+        counts = bk.counts(line, stop)
         present = [i for i, count in enumerate(counts) if count]
-        wanting = {i for i in present if streams[i].wants_lines()}
+        wanting = set()
+        for i in present:
+            stream = streams[i]
+            if not stream.settled:
+                if stream.wants_lines():
+                    wanting.add(i)
+                else:
+                    stream.settled = True
         glanced: dict[int, int] = {}
-        keys.skim(line, stop)
+        bk.skim(line, stop)
+        replayed = self._replayed_in(stop)
+        for j in replayed:  # counted and kept by the writer's repeat already
+            bk.unskim(j)
+            counts[keys[j]] -= 1
         if wanting:
             # Only the wanting writers' lines are visited, in file order.
-            for j in keys.wanted(line, stop, wanting):
-                i = keys.key(j)
-                if i not in wanting:
+            ends = self._end_list()
+            for j in bk.wanted(line, stop, wanting):
+                i = keys[j]
+                if i not in wanting or j in replayed:
                     continue
-                begin, finish = keys.span(j)
+                raw = block[ends[j - 1] + 1 if j else 0 : ends[j]]
                 if streams[i].observing_only():
                     # Glanced at for what open state waits for; the line stays skimmed.
-                    parser.glance(streams[i], block[begin:finish], self._base + j + 1)
+                    parser.glance(streams[i], raw, self._base + j + 1)
                     glanced[i] = glanced.get(i, 0) + 1
                 else:
-                    parser.feed_raw(block[begin:finish], self._base + j + 1)
-                    keys.unskim(j)
+                    parser.feed_raw(raw, self._base + j + 1, quiet=True)
+                    bk.unskim(j)
                     counts[i] -= 1
                 if not streams[i].wants_lines():
+                    streams[i].settled = True
                     wanting.discard(i)
                     if not wanting:
                         break
@@ -158,15 +258,26 @@ class FastPath:
             streams[i].lines -= n_glanced  # counted with the quiet lines below
         nccl: list[tuple[int, int, int]] | None = None
         for i in present:
-            if counts[i]:
+            count = counts[i]
+            if count:
                 stream = streams[i]
-                stream.lines += counts[i]
+                stream.lines += count
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
                     if nccl is None:  # one scan of the range for every writer that hunts
                         nccl = self._nccl_lines(block, start, end, line)
-                    self._hunt_pid(stream, i, block, nccl, counts[i])
+                    self._hunt_pid(stream, i, block, nccl, count)
         return lineno + n
+
+    def _replayed_in(self, stop: int) -> set[int]:
+        """The replayed block lines before ``stop`` not yet accounted for by a quiet run."""
+        heap = self._replayed_heap
+        if not heap or heap[0] >= stop:
+            return set()
+        out = set()
+        while heap and heap[0] < stop:
+            out.add(heapq.heappop(heap))
+        return out
 
     @staticmethod
     def _nccl_lines(block: bytes, start: int, end: int, line: int) -> list[tuple[int, int, int]]:
@@ -190,9 +301,8 @@ class FastPath:
     ) -> None:
         """A writer with no pid yet takes the one of its first NCCL line here."""
         keys = self._keys
-        assert keys is not None
         for lines, line_start, line_end in nccl:
-            if keys.key(lines) == i and stream.learn_pid(block[line_start:line_end]):
+            if keys[lines] == i and stream.learn_pid(block[line_start:line_end]):
                 return
         stream.pid_budget -= n
 
@@ -214,9 +324,14 @@ class FastPath:
         if id(stream) in self.pending:
             self._take_tail(stream, lineno - 1 - self._base)
 
+    def _end_list(self) -> list[int]:
+        """Offsets of the current block's newlines (line ``j`` ends at ``ends[j]``)."""
+        assert self._bk is not None
+        return self._bk.ends()
+
     def _take_tails(self) -> None:
         """At the end of a block: every pending stream's last skimmed lines, in one pass."""
-        keys = self._keys
+        keys = self._bk
         assert keys is not None
         picked: dict[int, list[int]] = {}
         for i, stream in enumerate(self._streams):
@@ -237,7 +352,7 @@ class FastPath:
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
         """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
-        keys = self._keys
+        keys = self._bk
         assert keys is not None
         self.pending.pop(id(stream), None)
         first = self._taken.get(id(stream), 0)

@@ -23,6 +23,8 @@ _LINE_RANK = lazyre.compile_regex(
     r"\[(?:PG ID 0 PG GUID 0(?:\([^)]*\))? |PG 0 (?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]"
 )
 MAX_HITS_PER_DETECTOR = 20
+#: Distinct tracebacks whose findings a collector remembers (a retried error repeats one).
+MAX_DISTINCT_TRACEBACKS = 1024
 _SYSLOG_HOST = lazyre.compile_regex(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
@@ -30,6 +32,9 @@ _SYSLOG_HOST = lazyre.compile_regex(
 #: Per traceback (by ``id``): its id in the report and its verdict for the hits inside it:
 #: fatal (True), survived (False), or not known (None: other tracebacks followed it).
 Verdicts = dict[int, tuple[int, bool | None]]
+#: A detector's finding in a traceback: the rule, detector, fields, which exception (index),
+#: the evidence text and context.
+_TracebackFinding = tuple[Rule, Detector, dict[str, str], int, str, tuple[str, ...]]
 
 
 class HitCollector:
@@ -42,6 +47,8 @@ class HitCollector:
         self.exc_detectors = rules.exception_detectors()
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
+        self._tb_found: dict[tuple[object, ...], list[_TracebackFinding]] = {}
+        self._roles_of: dict[tuple[tuple[str, str], ...], Roles] = {}
 
     # -- finding --------------------------------------------------------------------------
     def on_line(self, stream: Stream, lineno: int, text: str, in_tb: bool, timed: str) -> None:
@@ -49,6 +56,10 @@ class HitCollector:
         matches = self.matcher.match(text, self.source.kind)
         for rule, det, found in matches or ():
             self._add(stream, rule, det, found, lineno, text, in_tb, timed)
+
+    def capped(self, stream: Stream, rule_id: str, detector: str) -> bool:
+        """Whether a line detector has all the findings it may have in ``stream``."""
+        return self._per_det.get((rule_id, detector, id(stream)), 0) >= MAX_HITS_PER_DETECTOR
 
     def _add(
         self,
@@ -79,7 +90,7 @@ class HitCollector:
             lineno=lineno,
             text=text[:MAX_EVIDENCE_TEXT],
             stamp=self.clock.hit_time(stream, lineno, timed, in_tb),
-            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-CONTEXT:]),
+            context=tuple(t[:MAX_EVIDENCE_TEXT] for _, t in stream.ring.last(CONTEXT)),
             stream=stream,
             rank_override=stream.summary.current_rank,
         )
@@ -92,44 +103,62 @@ class HitCollector:
     def on_traceback(
         self, stream: Stream, tb: PartialTraceback, when: float | None, inferred: bool
     ) -> None:
-        """Run the exception and traceback detectors on a completed traceback."""
+        """Run the exception and traceback detectors on a completed traceback (once per
+        distinct traceback: a repeat takes the first one's findings)."""
+        key = (tuple(tb.text), tuple((e.type, e.message, e.frames) for e in tb.exceptions))
+        found = self._tb_found.get(key)
+        if found is None:
+            if len(self._tb_found) >= MAX_DISTINCT_TRACEBACKS:
+                self._tb_found.clear()
+            found = self._tb_found[key] = self._match_traceback(tb)
+        for rule, det, fields, at, text, context in found:
+            pending = PendingHit(
+                rule=rule,
+                det=det,
+                fields=dict(fields),
+                lineno=tb.exceptions[at].lineno,
+                text=text,
+                stamp=(when, inferred),
+                context=context,
+                stream=stream,
+                tb=tb,
+            )
+            self.pending.append(pending)
+            if when is None:
+                stream.untimed.append(stamp_setter(pending))
+
+    def _match_traceback(self, tb: PartialTraceback) -> list[_TracebackFinding]:
+        """What the exception and traceback detectors find in ``tb``."""
+        out: list[_TracebackFinding] = []
         where = exception_origin(tb.exceptions[-1])
+        last = len(tb.exceptions) - 1
+        # Newest first: the exception that escaped is the one that killed the process.
+        exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
+        whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
             if det.origin is not None and where not in det.origin:
                 continue
-            targets: list[tuple[int, str]]
             if det.scope == "traceback":
-                final = tb.exceptions[-1]
-                targets = [(final.lineno, "\n".join(tb.text))]
-                shown = exception_text(final).split("\n", 1)[0]
+                whole = whole or [(last, "\n".join(tb.text))]
+                targets = whole
+                shown = exceptions[0][1].split("\n", 1)[0]
             else:
-                # Newest first: the exception that escaped is the one that killed the process.
-                targets = [(e.lineno, exception_text(e)) for e in reversed(tb.exceptions)]
+                targets = exceptions
                 shown = ""
-            for lineno, target in targets:
+            for at, target in targets:
                 if not _holds_literal(det, target):
                     continue  # every match holds one of the detector's literals
                 found = self.matcher.search(rule, det, target)
                 if found is None:
                     continue
                 first_line = shown or target.split("\n", 1)[0]
-                pending = PendingHit(
-                    rule=rule,
-                    det=det,
-                    fields={k: v for k, v in found.groupdict().items() if v is not None},
-                    lineno=lineno,
-                    text=first_line[:MAX_EVIDENCE_TEXT],
-                    stamp=(when, inferred),
-                    context=tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1]),
-                    stream=stream,
-                    tb=tb,
-                )
-                self.pending.append(pending)
-                if when is None:
-                    stream.untimed.append(stamp_setter(pending))
+                fields = {k: v for k, v in found.groupdict().items() if v is not None}
+                context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
+                out.append((rule, det, fields, at, first_line[:MAX_EVIDENCE_TEXT], context))
                 break
+        return out
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -149,10 +178,20 @@ class HitCollector:
             if rule_ids is None or pending.rule.id in rule_ids
         ]
 
+    def _roles(self, fields: dict[str, str]) -> Roles:
+        """``Roles.of(fields)``, one object for the findings of repeated tracebacks."""
+        key = tuple(fields.items())
+        roles = self._roles_of.get(key)
+        if roles is None:
+            if len(self._roles_of) >= MAX_DISTINCT_TRACEBACKS:
+                self._roles_of.clear()
+            roles = self._roles_of[key] = Roles.of(fields)
+        return roles
+
     def freeze(self, hit: PendingHit, verdicts: Verdicts) -> Hit:
         """The final :class:`Hit`: rank and host settled, the traceback's verdict applied."""
         stream = hit.stream
-        roles = Roles.of(hit.fields)
+        roles = self._roles(hit.fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if rank is None:
             rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")

@@ -61,6 +61,14 @@ class BlockKeys:
         """The last ``ring`` skimmed lines of key id ``i`` in ``[first, upto)``, ascending."""
         raise NotImplementedError
 
+    def ends(self) -> list[int]:
+        """Offsets of the block's newlines: line ``j`` ends at ``ends()[j]``."""
+        raise NotImplementedError
+
+    def lines_of(self, i: int) -> list[int]:
+        """The lines of key id ``i``, ascending."""
+        raise NotImplementedError
+
 
 class ListKeys(BlockKeys):
     """:class:`BlockKeys` on lists (small blocks)."""
@@ -91,7 +99,7 @@ class ListKeys(BlockKeys):
     def unskim(self, j: int) -> None:
         self.skimmed[j] = 0
 
-    def span(self, j: int) -> tuple[int, int]:
+    def ends(self) -> list[int]:
         if self._ends is None:
             block, ends = self.block, []
             at = block.find(b"\n")
@@ -99,9 +107,13 @@ class ListKeys(BlockKeys):
                 ends.append(at)
                 at = block.find(b"\n", at + 1)
             self._ends = ends
-        return (self._ends[j - 1] + 1 if j else 0), self._ends[j]
+        return self._ends
 
-    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+    def span(self, j: int) -> tuple[int, int]:
+        ends = self.ends()
+        return (ends[j - 1] + 1 if j else 0), ends[j]
+
+    def _key_order(self) -> tuple[list[int], list[int]]:
         if self._by_key is None:
             ids = self.ids
             order = sorted(range(len(ids)), key=ids.__getitem__)  # stable
@@ -109,7 +121,14 @@ class ListKeys(BlockKeys):
             for count in self.counts(0, len(ids)):
                 bounds.append(bounds[-1] + count)
             self._by_key = (order, bounds)
-        order, bounds = self._by_key
+        return self._by_key
+
+    def lines_of(self, i: int) -> list[int]:
+        order, bounds = self._key_order()
+        return order[bounds[i] : bounds[i + 1]]
+
+    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+        order, bounds = self._key_order()
         lo = bisect_left(order, first, bounds[i], bounds[i + 1])
         hi = bounds[i + 1] if upto is None else bisect_left(order, upto, lo, bounds[i + 1])
         skimmed = self.skimmed
@@ -146,19 +165,33 @@ class NumpyKeys(BlockKeys):
     def unskim(self, j: int) -> None:
         self.skimmed[j] = False
 
-    def span(self, j: int) -> tuple[int, int]:
+    def ends(self) -> list[int]:
         if self._ends is None:
             np = self.np
             self._ends = np.flatnonzero(np.frombuffer(self.block, dtype=np.uint8) == 10).tolist()
-        return (self._ends[j - 1] + 1 if j else 0), self._ends[j]
+        ends: list[int] = self._ends
+        return ends
 
-    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
-        np = self.np
+    def span(self, j: int) -> tuple[int, int]:
+        ends = self.ends()
+        return (ends[j - 1] + 1 if j else 0), ends[j]
+
+    def _key_order(self) -> Any:
         if self._by_key is None:
+            np = self.np
             order = np.argsort(self.ids, kind="stable")
             bounds = np.searchsorted(self.ids[order], np.arange(self.writers + 1))
             self._by_key = (order, bounds)
-        order, bounds = self._by_key
+        return self._by_key
+
+    def lines_of(self, i: int) -> list[int]:
+        order, bounds = self._key_order()
+        lines: list[int] = order[bounds[i] : bounds[i + 1]].tolist()
+        return lines
+
+    def tail(self, i: int, first: int, upto: int | None) -> list[int]:
+        np = self.np
+        order, bounds = self._key_order()
         mine = order[bounds[i] : bounds[i + 1]]
         stop = None if upto is None else np.searchsorted(mine, upto)
         mine = mine[np.searchsorted(mine, first) : stop]

@@ -56,52 +56,54 @@ class Ring:
     """A writer's last :data:`RING` lines as ``(lineno, text)``, oldest first.
 
     Quiet lines the fast path only skims arrive raw (bytes, prefix still on) and most are
-    pushed out again unread; they are decoded and stripped only when the ring is read.
+    pushed out again unread; each is decoded and stripped only when it is read.
     """
 
-    __slots__ = ("_lines", "_raw", "_style")
+    __slots__ = ("_lines", "_style")
 
     def __init__(self) -> None:
-        self._lines: deque[tuple[int, str]] = deque(maxlen=RING)
-        self._raw: deque[tuple[int, bytes]] = deque(maxlen=RING)
+        self._lines: deque[tuple[int, str | bytes]] = deque(maxlen=RING)
         self._style = PrefixStyle()
 
     def append(self, item: tuple[int, str]) -> None:
         """Add a parsed line (its text already stripped of launcher prefixes)."""
-        if self._raw:
-            self._settle()
         self._lines.append(item)
 
     def extend_raw(self, items: Iterable[tuple[int, bytes]], style: PrefixStyle) -> None:
         """Add quiet lines, oldest first, as they are in the file."""
         self._style = style
-        self._raw.extend(items)
+        self._lines.extend(items)
 
-    def _settle(self) -> None:
-        style = self._style
-        for lineno, raw in self._raw:
-            text = raw.decode("utf-8", "replace").rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
-            text, prefix = strip(text, style)
-            self._lines.append((lineno, prefix.stamp + text if prefix.stamp else text))
-        self._raw.clear()
+    def _line(self, index: int) -> tuple[int, str]:
+        lineno, text = self._lines[index]
+        if isinstance(text, bytes):
+            decoded = text.decode("utf-8", "replace").rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
+            decoded, prefix = strip(decoded, self._style)
+            text = prefix.stamp + decoded if prefix.stamp else decoded
+            self._lines[index] = (lineno, text)
+        return lineno, text
 
-    def items(self) -> deque[tuple[int, str]]:
+    def items(self) -> list[tuple[int, str]]:
         """The lines, oldest first."""
-        if self._raw:
-            self._settle()
-        return self._lines
+        return [self._line(i) for i in range(len(self._lines))]
+
+    def last(self, n: int) -> list[tuple[int, str]]:
+        """The last ``n`` lines, oldest first."""
+        size = len(self._lines)
+        return [self._line(i) for i in range(max(0, size - n), size)]
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
         return iter(self.items())
 
     def __reversed__(self) -> Iterator[tuple[int, str]]:
-        return reversed(self.items())
+        for i in range(len(self._lines) - 1, -1, -1):
+            yield self._line(i)
 
     def __len__(self) -> int:
-        return len(self.items())
+        return len(self._lines)
 
     def __getitem__(self, index: int) -> tuple[int, str]:
-        return self.items()[index]
+        return self._line(index)
 
 
 @dataclass(slots=True)
@@ -193,6 +195,15 @@ class Stream:
     #: Quiet lines still searched for an NCCL pid (the fast path gives up on a writer that
     #: never logs NCCL lines).
     pid_budget: int = 5000
+    #: The raw lines of the traceback being read, while it may become a repeat
+    #: (:mod:`crashlens.parse.repeat`), and that traceback.
+    recording: list[bytes] | None = None
+    recording_tb: PartialTraceback | None = None
+    #: How many of ``recording`` lead to its last exception line so far.
+    recording_end: int = 0
+    #: :meth:`wants_lines` was False, and nothing has been fed to it since (only a fed line
+    #: can make it True again: every other change to its state only closes what is open).
+    settled: bool = False
 
     def wants_lines(self) -> bool:
         """Whether open state (a traceback, a summary, a pending time) needs its next lines."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 from crashlens import facts, lazyre
-from crashlens.ingest.prefixes import PrefixStyle, key_pattern, nccl_origin, strip
+from crashlens.ingest.prefixes import NO_PREFIX, PrefixStyle, key_pattern, nccl_origin, strip
 from crashlens.ingest.read import cap_line
 from crashlens.model import (
     ChildFailure,
@@ -24,11 +24,19 @@ from crashlens.model import (
     SyncMark,
     Traceback,
 )
-from crashlens.parse.clock import Clock
+from crashlens.parse.clock import UNTIMED_PATIENCE, Clock
 from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
 from crashlens.parse.index import BlockIndex
 from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.repeat import (
+    MAX_REPEAT_LINE_BYTES,
+    MAX_REPEAT_LINES,
+    Repeat,
+    RepeatMemo,
+    build,
+    fast_forward,
+)
 from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
     ERROR_RECORD,
@@ -42,7 +50,9 @@ from crashlens.parse.state import (
     time_setter,
 )
 from crashlens.parse.text import split_glued, strip_ansi
+from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry
+from crashlens.parse.traceback import PartialTraceback
 from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
@@ -52,6 +62,9 @@ _FACT_PROBE = TriggerScanner(facts.TRIGGERS)
 _CONTENT_RANK = lazyre.compile_regex(
     r"\bRank (?P<r>\d+)\]|\bcomm 0x[0-9a-f]+ rank (?P<n>\d+) nranks"
 )
+_SUMMARY_STARTS = ("Failures:", "Root Cause (first observed failure):")
+#: Tracebacks (their first lines, hashed) seen once: the second time, they become a repeat.
+MAX_SEEN = 4096
 
 
 class FileParser:
@@ -89,6 +102,10 @@ class FileParser:
         self._line_stream: Stream = self._stream(None, None, None)
         self.fast = FastPath(self)
         self.prefixes = key_pattern(style)
+        self.memo = RepeatMemo()
+        self._seen: set[int] = set()
+        #: The line being fed holds no trigger literal (:meth:`feed_raw`).
+        self._plain = False
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
@@ -117,33 +134,41 @@ class FileParser:
             stream = self._line_stream
         if prefix.rank is not None and stream.rank is None:
             stream.rank = prefix.rank
+        stream.settled = False
         stream.lines += new_line
         self._observe(stream, lineno, text, timed)
         stream.summary.feed(lineno, text)
         in_tb = stream.assembler.feed(lineno, text)
         current = stream.assembler.current
         if current is not None and current.stamp is None:
-            if stream.ring:
-                current.prelude = stream.ring[-1][1]
-            current.stamp = self.clock.time_of(stream, lineno, timed)
-            last = stream.last_stamp
-            # Its time is its own when the traceback is stamped, or when the line right before
-            # it is the stamped error record that printed it (``logger.exception(...)``,
-            # ``logger.warning(..., exc_info=True)``), not some earlier line's.
-            current.timed_close = not current.stamp[1] or (
-                last is not None
-                and last[0] >= lineno - 1
-                and ERROR_RECORD.search(current.prelude) is not None
-            )
-            if current.stamp[0] is None:
-                stream.untimed.append(stamp_setter(current))
+            self._time_traceback(stream, current, lineno, timed)
         if stream.assembler.done:
             self._complete_tracebacks(stream)
             if not in_tb and stream.watch is not None:
                 # The line that closed the traceback is already the writer going on.
                 stream.watch.observe(stream.lines, text, self.clock.stamp(timed))
-        self.collector.on_line(stream, lineno, text, in_tb, timed)
+        if not self._plain:
+            self.collector.on_line(stream, lineno, text, in_tb, timed)
         stream.ring.append((lineno, timed))
+
+    def _time_traceback(
+        self, stream: Stream, current: PartialTraceback, lineno: int, timed: str
+    ) -> None:
+        """A traceback that starts at line ``lineno``: its time and the line before it."""
+        if stream.ring:
+            current.prelude = stream.ring[-1][1]
+        current.stamp = self.clock.time_of(stream, lineno, timed)
+        last = stream.last_stamp
+        # Its time is its own when the traceback is stamped, or when the line right before
+        # it is the stamped error record that printed it (``logger.exception(...)``,
+        # ``logger.warning(..., exc_info=True)``), not some earlier line's.
+        current.timed_close = not current.stamp[1] or (
+            last is not None
+            and last[0] >= lineno - 1
+            and ERROR_RECORD.search(current.prelude) is not None
+        )
+        if current.stamp[0] is None:
+            stream.untimed.append(stamp_setter(current))
 
     def _observe(self, stream: Stream, lineno: int, text: str, timed: str) -> None:
         """What a line tells besides its findings: times, ranks, pids, facts, progress."""
@@ -170,7 +195,7 @@ class FileParser:
         self.clock.learn(text)
         if "global_rank_mapping=" in text:
             self.rank_map.update(_rank_mapping(text))
-        if _FACT_PROBE.line_starts(text.encode("utf-8", "replace")):
+        if not self._plain and _FACT_PROBE.line_starts(text.encode("utf-8", "replace")):
             for key, value in facts.extract(text).items():
                 seen = (key, stream.host, stream.rank)
                 if seen not in self._fact_keys and len(self.facts) < MAX_FACTS:
@@ -217,17 +242,25 @@ class FileParser:
         stream.assembler.done.clear()
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
-    def feed_bytes(self, block: bytes, pos: int, lineno: int) -> tuple[int, int]:
+    def feed_bytes(
+        self, block: bytes, pos: int, lineno: int, *, quiet: bool = False
+    ) -> tuple[int, int]:
         """Feed the line of ``block`` starting at ``pos``; return the next position and its
-        line number."""
+        line number. ``quiet``: the line holds no trigger literal (see :meth:`feed_raw`)."""
         end = block.find(b"\n", pos)
         if end < 0:
             end = len(block)
-        self.feed_raw(block[pos : min(end, pos + MAX_LINE_BYTES)], lineno + 1)
+        self.feed_raw(block[pos : min(end, pos + MAX_LINE_BYTES)], lineno + 1, quiet=quiet)
         return end + 1, lineno + 1
 
-    def feed_raw(self, raw: bytes, lineno: int) -> None:
-        """Feed one physical line given as bytes (cut to :data:`MAX_LINE_BYTES` or not)."""
+    def feed_raw(self, raw: bytes, lineno: int, *, quiet: bool = False) -> None:
+        """Feed one physical line given as bytes (cut to :data:`MAX_LINE_BYTES` or not).
+
+        ``quiet``: the fast path's index found no trigger literal in it, so no detector and no
+        fact extractor can match it (unless removing terminal markup joins one: then it is
+        looked at as any other line).
+        """
+        self._plain = quiet and b"\x1b" not in raw
         text = cap_line(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         if "\r" in text:
             for part in text.split("\r"):
@@ -235,6 +268,131 @@ class FileParser:
                     self.feed(lineno, part)
         else:
             self.feed(lineno, text)
+        self._plain = False
+        stream = self._line_stream
+        if stream.recording is not None or stream.assembler.current is not None:
+            self._record(stream, raw, lineno)
+
+    # -- repeats: a traceback printed again is recognised, not parsed again ----------------
+    def _record(self, stream: Stream, raw: bytes, lineno: int) -> None:
+        """Keep the raw lines of the traceback ``stream`` is reading; learn them as a repeat
+        (:mod:`crashlens.parse.repeat`) when it ends, if they were seen before."""
+        cur = stream.assembler.current
+        rec = stream.recording
+        if rec is not None:
+            inside = cur is not None and cur is stream.recording_tb
+            if inside and len(rec) < MAX_REPEAT_LINES and len(raw) <= MAX_REPEAT_LINE_BYTES:
+                rec.append(raw)
+                assert cur is not None
+                if cur.exc_line == lineno and cur.exc_type is not None:
+                    stream.recording_end = len(rec)
+                return
+            # It ended (or grew too long to keep): what led to its last exception line so far.
+            stream.recording = stream.recording_tb = None
+            self._learn(rec[: stream.recording_end])
+            if inside:
+                return
+        if (
+            cur is not None
+            and cur.start_line == lineno
+            and cur.line_count == 1
+            and len(raw) <= MAX_REPEAT_LINE_BYTES
+        ):
+            stream.recording, stream.recording_tb, stream.recording_end = [raw], cur, 0
+
+    def _learn(self, lines: list[bytes]) -> None:
+        """Make a repeat of a traceback's first ``lines`` the second time they are seen."""
+        if not self.memo.wants(lines):
+            return
+        seen = hash(tuple(lines))
+        if seen not in self._seen:
+            if len(self._seen) >= MAX_SEEN:
+                self._seen.clear()
+            self._seen.add(seen)
+            return
+        texts: list[str] = []
+        bare = True
+        for raw in lines:
+            if b"\r" in raw or len(raw) >= MAX_LINE_BYTES:
+                return
+            text = raw.decode("utf-8", "replace")
+            if cap_line(text) != text or split_glued(strip_ansi(text)) != (text,):
+                return
+            text, prefix = strip(text, self.style)
+            if prefix.stamp:
+                return
+            bare = bare and prefix == NO_PREFIX
+            texts.append(text)
+        repeat = build(lines, texts, self._inert, self._line_detectors, bare=bare)
+        if repeat is not None:
+            self.memo.add(repeat)
+
+    def _inert(self, text: str) -> bool:
+        """Whether a line inside a traceback tells nothing but its text: no time, step, pid,
+        rank, fact or launcher summary (so taking it as a repeat changes nothing else)."""
+        return (
+            parse_timestamp(text, self.clock.year) is None
+            and STEP.search(text) is None
+            and " NCCL " not in text
+            and "global_rank_mapping=" not in text
+            and _CONTENT_RANK.search(text) is None
+            and text.strip() not in _SUMMARY_STARTS
+            and not _FACT_PROBE.line_starts(text.encode("utf-8", "replace"))
+        )
+
+    def _line_detectors(self, text: str) -> tuple[tuple[str, str], ...]:
+        found = self.collector.matcher.match(text, self.source.kind)
+        return tuple((rule.id, det.name) for rule, det, _ in found)
+
+    def repeats(self, header: bytes) -> list[Repeat] | None:
+        """The repeats whose header line is ``header`` (raw), if any."""
+        return self.memo.get(header)
+
+    def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]:
+        """Of ``repeats``, those ``stream`` may take now: it is between tracebacks and not in
+        a launcher summary, and their lines would add no finding."""
+        if stream.assembler.current is not None or stream.summary.active:
+            return []
+        capped = self.collector.capped
+        return [r for r in repeats if all(capped(stream, *d) for d in r.detectors)]
+
+    def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None:
+        """Take ``repeat``'s lines as lines ``linenos`` of ``stream`` (the header's first), as
+        the per-line path would: they are inert (:func:`~crashlens.parse.repeat.build`), so
+        all they do is count, start the traceback, take its time and fill the ring."""
+        header = linenos[0]
+        self._line_stream = stream
+        stream.settled = False
+        if self.fast.pending:
+            self.fast.settle(stream, header)
+        n = len(linenos)
+        self.lines += n
+        self.last_lineno = linenos[-1]
+        stream.lines += 1  # the rest once the traceback has its time
+        if stream.first_time is None and stream.probe_first > 0:
+            stream.probe_first = max(0, stream.probe_first - n)
+        self._wait_untimed(stream, 1)
+        stream.assembler.feed(header, repeat.header)
+        current = stream.assembler.current
+        assert current is not None
+        self._time_traceback(stream, current, header, repeat.header)
+        stream.lines += n - 1
+        ring = stream.ring
+        ring.append((header, repeat.header))
+        for item in zip(linenos[1:], repeat.texts, strict=True):
+            ring.append(item)
+        self._wait_untimed(stream, n - 1)
+        fast_forward(repeat, stream.assembler, linenos)
+
+    @staticmethod
+    def _wait_untimed(stream: Stream, lines: int) -> None:
+        """What :meth:`Clock.settle` does with ``lines`` lines that have no time."""
+        for _ in range(lines):
+            if not stream.untimed:
+                return
+            stream.untimed_wait += 1
+            if stream.untimed_wait > UNTIMED_PATIENCE:
+                stream.untimed.clear()
 
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None:
         """Read of a quiet line of ``stream`` only what its open state waits for
@@ -305,6 +463,8 @@ class FileParser:
         failures: list[ChildFailure] = []
         ranks: list[RankSummary] = []
         sync: list[SyncMark] = []
+        #: One text for the tracebacks a writer repeated (pickled once when sent back).
+        texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
             stream.assembler.close()
             self._complete_tracebacks(stream)
@@ -312,7 +472,7 @@ class FileParser:
             for done, fatal, handled in stream.verdicts():
                 ident = next(self.tb_ids)
                 verdicts[id(done.tb)] = (ident, True if fatal else (False if handled else None))
-                tracebacks.append(_traceback(ident, stream, done, fatal))
+                tracebacks.append(_traceback(ident, stream, done, fatal, texts))
             failures.extend(_failure(self.source, e) for e in stream.summary.done)
             sync.extend(_step_marks(stream, self.clock))
             if stream.host and stream.local_rank is not None and stream.rank is not None:
@@ -361,7 +521,7 @@ def _summary(stream: Stream, clock: Clock) -> RankSummary:
         lines=stream.lines,
         first_time=stream.first_time,
         last_time=clock.last_time(stream),
-        last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in list(stream.ring)[-LAST_LINES:]],
+        last_lines=[t[:MAX_EVIDENCE_TEXT] for _, t in stream.ring.last(LAST_LINES)],
         last_file=path,
         last_lineno=stream.ring[-1][0] if stream.ring else 0,
         pids=set(stream.pids),
@@ -379,8 +539,14 @@ def _rank_mapping(text: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _traceback(ident: int, stream: Stream, done: DoneTraceback, fatal: bool) -> Traceback:
+def _traceback(
+    ident: int, stream: Stream, done: DoneTraceback, fatal: bool, texts: dict[tuple[str, ...], str]
+) -> Traceback:
     tb = done.tb
+    lines = tuple(tb.text)
+    text = texts.get(lines)
+    if text is None:
+        text = texts[lines] = "\n".join(lines)
     return Traceback(
         id=ident,
         source=stream.source,
@@ -388,7 +554,7 @@ def _traceback(ident: int, stream: Stream, done: DoneTraceback, fatal: bool) -> 
         host=stream.host,
         start_line=tb.start_line,
         exceptions=tuple(tb.exceptions),
-        text="\n".join(tb.text),
+        text=text,
         time=done.time,
         time_inferred=done.inferred,
         fatal=fatal,

@@ -1,0 +1,178 @@
+"""A traceback a writer prints again and again (a retried, handled error) is parsed once and
+recognised after that (crashlens.parse.repeat): every occurrence still counts, with its own
+line and time, and is handled or fatal as the lines after it say, as on the line-by-line path."""
+
+from __future__ import annotations
+
+import calendar
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from crashlens import analyze
+from crashlens.model import FileResult
+from crashlens.rulebase import load_rules
+from crashlens.session import SequentialRunner, Session
+
+RULES = load_rules()
+START = calendar.timegm((2024, 5, 1, 1, 0, 0, 0, 0, 0))
+RETRIED = (
+    "{ts},002 WARNING train.data: shard fetch failed, retrying (attempt 1/5)\n"
+    "Traceback (most recent call last):\n"
+    '  File "/srv/train/data/remote.py", line 88, in fetch_shard\n'
+    "    return session.get(url, timeout=30).content\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/requests/sessions.py", line 602, in get\n'
+    '    return self.request("GET", url, **kwargs)\n'
+    "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+)
+#: Lines of one retried traceback (its announcing record, then the traceback).
+RETRIED_LINES = RETRIED.count("\n")
+STEP = "{ts},{ms:03d} INFO train: step {n} loss 0.5\n"
+NCCL = "node-00:4100:4141 [1] NCCL INFO Channel {ch:02d}/0 : 1[1] -> 2[1] via P2P/IPC/read\n"
+FATAL = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/alice/llm/train.py", line 188, in main\n'
+    "    loss.backward()\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+    "capacity of 79.15 GiB of which 1.23 GiB is free.\n"
+)
+
+
+def _stamp(sec: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(START + sec))
+
+
+def _rank_lines(retries: int, seed: int, fatal: bool = True) -> list[str]:
+    """A rank's log: steps, NCCL lines and ``retries`` retried connection resets, each one
+    sometimes continued by an NCCL line (which its message then takes); a CUDA OOM last."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    sec = 0
+    for n in range(1, retries + 1):
+        for _ in range(rng.randrange(3, 30)):
+            sec += 1
+            out.append(STEP.format(ts=_stamp(sec), ms=rng.randrange(1000), n=sec))
+            if rng.random() < 0.3:
+                out.append(NCCL.format(ch=rng.randrange(32)))
+        out.extend(RETRIED.format(ts=_stamp(sec)).splitlines(keepends=True))
+        if n % 3 == 0:
+            out.append(NCCL.format(ch=rng.randrange(32)))
+    sec += 1
+    out.append(STEP.format(ts=_stamp(sec), ms=0, n=sec))
+    if fatal:
+        out.extend(FATAL.splitlines(keepends=True))
+    return out
+
+
+def _read(path: Path, fast: bool = True) -> FileResult:
+    session = Session(RULES, fast=fast, runner=SequentialRunner())
+    session.read_paths([path])
+    (result,) = session.results
+    return result
+
+
+def _occurrences(result: FileResult) -> list[tuple[int | None, int, float | None, bool, str]]:
+    return [
+        (tb.rank, tb.start_line, tb.time, tb.fatal, tb.final.type)
+        for tb in sorted(result.tracebacks, key=lambda t: (t.rank or -1, t.start_line))
+    ]
+
+
+def _hits(result: FileResult) -> list[tuple[str, int, float | None, bool | None, str]]:
+    return sorted(
+        (h.rule_id, h.evidence.line, h.evidence.time, h.fatal, h.evidence.text) for h in result.hits
+    )
+
+
+def test_a_repeated_traceback_counts_every_time_at_its_own_line_and_time(tmp_path: Path) -> None:
+    retries = 300
+    path = tmp_path / "rank_1.log"
+    path.write_text("".join(_rank_lines(retries, seed=1)))
+    fast, slow = _read(path), _read(path, fast=False)
+    resets = [tb for tb in fast.tracebacks if tb.final.type == "ConnectionResetError"]
+    assert len(resets) == retries
+    assert not any(tb.fatal for tb in resets)  # handled: the writer went on
+    times = sorted(tb.time for tb in resets if tb.time is not None)
+    assert len(times) == retries and times[0] < times[-1]
+    assert _occurrences(fast) == _occurrences(slow)
+    assert _hits(fast) == _hits(slow)
+    assert [tb.text for tb in fast.tracebacks] == [tb.text for tb in slow.tracebacks]
+    # Recognised, not fed: the header and the line that ends each one (or that its message
+    # takes) go through the per-line path, its frames and exception line do not.
+    assert fast.fed_lines < retries * 4, fast.fed_lines
+    assert fast.fed_lines < retries * RETRIED_LINES // 2
+
+
+def test_repeats_in_an_interleaved_console_keep_each_rank_its_own(tmp_path: Path) -> None:
+    logs = [_rank_lines(60, seed=r, fatal=r == 2) for r in range(4)]
+    rng = random.Random(7)
+    pos, out = [0] * 4, []
+    while any(p < len(log) for p, log in zip(pos, logs, strict=True)):
+        for r in rng.sample(range(4), 4):
+            burst = logs[r][pos[r] : pos[r] + rng.randrange(1, 5)]
+            pos[r] += len(burst)
+            out.extend(f"[rank{r}]: {line}" for line in burst)
+    path = tmp_path / "console.log"
+    path.write_text("".join(out))
+    fast, slow = _read(path), _read(path, fast=False)
+    assert _occurrences(fast) == _occurrences(slow)
+    assert _hits(fast) == _hits(slow)
+    assert sum(tb.final.type == "ConnectionResetError" for tb in fast.tracebacks) == 4 * 60
+    assert [tb.rank for tb in fast.tracebacks if tb.fatal] == [2]
+    assert fast.fed_lines < 4 * 60 * 4, fast.fed_lines
+    assert [(r.rank, r.lines) for r in fast.ranks] == [(r.rank, r.lines) for r in slow.ranks]
+
+
+@pytest.mark.parametrize("ending", ["oom-last", "repeat-last"])
+def test_the_last_repeat_is_fatal_only_when_nothing_follows_it(ending: str, tmp_path: Path) -> None:
+    lines = _rank_lines(40, seed=3, fatal=ending != "repeat-last")
+    if ending == "repeat-last":
+        # the same traceback, not announced as retried, and the writer's last words
+        last = RETRIED.replace("WARNING", "ERROR").replace(", retrying (attempt 1/5)", "")
+        lines.extend(last.format(ts=_stamp(10_000)).splitlines(keepends=True))
+    path = tmp_path / "rank_1.log"
+    path.write_text("".join(lines))
+    fast_report = analyze([path], parallel=False).to_dict()
+    slow_report = analyze([path], parallel=False, fast=False).to_dict()
+    assert fast_report["causes"] == slow_report["causes"]
+    assert fast_report["first_failure"] == slow_report["first_failure"]
+    fast = _read(path)
+    assert _occurrences(fast) == _occurrences(_read(path, fast=False))
+    fatal = [tb.final.type for tb in fast.tracebacks if tb.fatal]
+    expected = "ConnectionResetError" if ending == "repeat-last" else "torch.OutOfMemoryError"
+    assert fatal == [expected]
+
+
+def test_different_tracebacks_under_the_same_header_are_told_apart(tmp_path: Path) -> None:
+    other = RETRIED.replace("ConnectionResetError: [Errno 104] Connection reset by peer",
+                            "TimeoutError: [Errno 110] Connection timed out")  # fmt: skip
+    out = []
+    for n in range(1, 120):
+        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
+        out.extend((RETRIED if n % 2 else other).format(ts=_stamp(n)).splitlines(keepends=True))
+    out.append(STEP.format(ts=_stamp(200), ms=0, n=200))
+    path = tmp_path / "rank_1.log"
+    path.write_text("".join(out))
+    fast = _read(path)
+    assert [tb.final.type for tb in fast.tracebacks] == [
+        "ConnectionResetError" if n % 2 else "TimeoutError" for n in range(1, 120)
+    ]
+    assert _occurrences(fast) == _occurrences(_read(path, fast=False))
+    assert _hits(fast) == _hits(_read(path, fast=False))
+
+
+def test_a_traceback_too_long_to_keep_is_parsed_as_any_other(tmp_path: Path) -> None:
+    long = RETRIED.replace("Connection reset by peer", "Connection reset by peer " + "x" * 3000)
+    out = []
+    for n in range(1, 60):
+        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
+        out.extend(long.format(ts=_stamp(n)).splitlines(keepends=True))
+    out.append(STEP.format(ts=_stamp(100), ms=0, n=100))
+    path = tmp_path / "rank_1.log"
+    path.write_text("".join(out))
+    fast, slow = _read(path), _read(path, fast=False)
+    assert len(fast.tracebacks) == 59
+    assert _occurrences(fast) == _occurrences(slow)
+    assert _hits(fast) == _hits(slow)
