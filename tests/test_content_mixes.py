@@ -48,3 +48,21 @@ def test_only_triggers_and_their_neighbourhoods_take_the_per_line_path(
     # and the verdict is the same as on every other mix: the rank's own watchdog timeout
     report = session.finish()
     assert report.primary is not None and report.primary.rule_id == "nccl-watchdog-timeout"
+
+
+@pytest.mark.parametrize("mix", generate.MIXES)
+def test_no_detector_literal_is_in_the_ordinary_lines_of_a_mix(mix: str) -> None:
+    # A literal that ordinary lines hold (``python``, in every frame's path) makes each of them
+    # a trigger line the per-line path takes: a rule must anchor on its message's own words.
+    from crashlens.parse.matcher import LineMatcher
+
+    rng = random.Random(2)
+    lines = list(generate.rank_lines(1, 400_000, rng, mix=mix))
+    matcher = LineMatcher(RULES)
+    common = []
+    for lit, dets in [*matcher.by_literal.items(), *matcher.by_literal_ci.items()]:
+        folded = lit in matcher.by_literal_ci
+        n = sum(1 for line in lines if lit in (line.lower() if folded else line))
+        if n > len(lines) // 100:
+            common.append((lit, n, sorted({f"{rule.id}.{det.name}" for rule, det in dets})))
+    assert common == [], (len(lines), common)
