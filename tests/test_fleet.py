@@ -133,15 +133,17 @@ def test_a_worker_compiles_the_rules_once_and_each_job_gets_fresh_state(tmp_path
     ctx = WorkerContext(rules, rules_hash(rules))
     factory = session_factory(ctx)
     one, two = factory.session(), factory.session()
-    # the compiled indexes are shared; each job's timeout state is its own
-    assert one.matcher.by_literal is two.matcher.by_literal is factory.template.matcher.by_literal
+    # the compiled rules are shared; each job's timeout state is its own
+    assert one.pack is two.pack is factory.pack
+    assert one.matcher.index is two.matcher.index is factory.pack.index
+    assert one.scanner is two.scanner is factory.pack.scanner
     assert one.matcher is not two.matcher and one.matcher.disabled is not two.matcher.disabled
     assert one.inputs is not two.inputs and one.notes is not two.notes
     # The same worker analyses different jobs one after the other: each as if alone.
     root = tmp_path / "jobs"
     jobs = make_jobs(root, len(FIXTURE_JOBS))
     rows = [analyze_job(job, ctx).row for job in discover_jobs([str(root)])]
-    assert session_factory(ctx) is factory and factory.template.inputs == []
+    assert session_factory(ctx) is factory
     _check_rows(pd.DataFrame(rows).convert_dtypes(), jobs, expected)
 
 

@@ -910,3 +910,23 @@ def test_only_empty_input_exits_2_with_a_clear_line(tmp_path: Path, rules) -> No
     assert "all empty" in result.output and "No failure found" not in result.output
     piped = runner.invoke(app, ["analyze", "-"], input="")
     assert piped.exit_code == 2 and "all empty" in piped.output
+
+
+def test_a_detector_timed_out_in_one_analysis_still_runs_in_the_next_on_the_same_pack(
+    tmp_path: Path,
+) -> None:
+    from crashlens.session import SequentialRunner, Session
+
+    logs, rules_dir = _evil_job(tmp_path, lines=3)
+    first = Session.configured([rules_dir], runner=SequentialRunner())
+    first.read_paths([logs])
+    assert any(key.startswith("evil-backtrack.evil") for key in first.matcher.timeouts)
+    assert first.pack is not None
+    # a fleet worker's next job: the same compiled pack, a state of its own
+    second = Session(first.rules, runner=SequentialRunner(), pack=first.pack)
+    assert second.matcher.index is first.matcher.index and not second.matcher.disabled
+    quick = tmp_path / "quick"
+    quick.mkdir()
+    (quick / "rank_0.log").write_text("aaaaaa\n")
+    second.read_paths([quick])
+    assert [h.rule_id for r in second.results for h in r.hits] == ["evil-backtrack"]

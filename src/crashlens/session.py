@@ -54,6 +54,7 @@ from crashlens.parse import (
     BlockIndex,
     FileParser,
     IndexedBlocks,
+    LineIndex,
     LineMatcher,
     file_mtime,
     file_year,
@@ -237,14 +238,34 @@ def _report_progress(progress: Progress | None, read: FileRead, told: int) -> No
         progress(read.record.path, read.record.bytes - told)
 
 
+@dataclass(frozen=True, slots=True)
+class RulePack:
+    """A rule set compiled once: the line detectors' literal index and the fast path's
+    scanner. Never changed after it is built, so any number of analyses share one (a fleet
+    worker's jobs); what an analysis learns while it runs is in its own :class:`LineMatcher`."""
+
+    rules: RuleSet
+    fast: bool
+    index: LineIndex
+    scanner: TriggerScanner | None
+
+    @classmethod
+    def compile(cls, rules: RuleSet, *, fast: bool = True) -> RulePack:
+        index = LineIndex(rules)
+        return cls(rules, fast, index, scanner_for(index) if fast else None)
+
+
 @dataclass(slots=True)
 class Session:
-    """An analysis: rules with the config applied, compiled once, and the files read so far."""
+    """An analysis: rules with the config applied, compiled once (its :class:`RulePack`), the
+    state of this analysis, and the files read so far."""
 
     rules: RuleSet
     skew: dict[str, float] = field(default_factory=dict)
     fast: bool = True
     runner: Runner = field(default_factory=ForkRunner)
+    #: The compiled rules; built from ``rules`` when not given (or given for other rules).
+    pack: RulePack | None = None
     matcher: LineMatcher = field(init=False)
     scanner: TriggerScanner | None = field(init=False)
     inputs: list[InputFile] = field(default_factory=list, init=False)
@@ -255,8 +276,11 @@ class Session:
     _tb_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
 
     def __post_init__(self) -> None:
-        self.matcher = LineMatcher(self.rules)
-        self.scanner = scanner_for(self.matcher) if self.fast else None
+        pack = self.pack
+        if pack is None or pack.rules is not self.rules or pack.fast != self.fast:
+            pack = self.pack = RulePack.compile(self.rules, fast=self.fast)
+        self.matcher = LineMatcher(pack.index)
+        self.scanner = pack.scanner
         self.notes.extend(
             Note(f"rule file left out: {problem}", NoteKind.RULE_LEFT_OUT)
             for problem in self.rules.skipped

@@ -13,8 +13,6 @@ Every failure of one job (unreadable, a listing error, a bug) becomes that job's
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -38,7 +36,7 @@ from crashlens.ingest.discover import Candidate, discover
 from crashlens.model import InputFile, SkipKind
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet
-from crashlens.session import SequentialRunner, Session
+from crashlens.session import RulePack, SequentialRunner, Session
 
 #: Environment facts that get their own column (fact key -> column).
 ENV_COLUMNS: dict[str, str] = {
@@ -49,10 +47,6 @@ ENV_COLUMNS: dict[str, str] = {
     "gpu_model": "gpu",
 }
 MAX_ERROR = 500
-
-
-#: The parts of a Session compiled from its rules (shared by every job of a worker).
-COMPILED = frozenset({"matcher", "scanner"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,28 +61,23 @@ class WorkerContext:
 
 
 class SessionFactory:
-    """Sessions for one job each, sharing one compiled matcher and scanner.
+    """Sessions for one job each, sharing one compiled :class:`~crashlens.session.RulePack`.
 
-    Compiling the rules (the literal matcher, the fast-path scanner's database) costs far more
-    than analysing a small job, so it happens once, in a template session that never reads
-    anything; each job's session is a copy with its own fresh analysis state (every field that
-    is not a constructor argument, except the compiled ones, copied from the unused template).
+    Compiling the rules (the literal index, the fast-path scanner's database) costs far more
+    than analysing a small job, so it happens once per worker; each job's session is new, with
+    its own analysis state (inputs, notes, a detector's time-outs), on the shared pack.
     """
 
     def __init__(self, rules: RuleSet) -> None:
-        self.template = Session(rules, runner=SequentialRunner())
-        self.state = [
-            f.name for f in dataclasses.fields(Session) if not f.init and f.name not in COMPILED
-        ]
+        self.pack = RulePack.compile(rules)
+
+    @property
+    def rules(self) -> RuleSet:
+        return self.pack.rules
 
     def session(self) -> Session:
         """A new session for one job."""
-        session = copy.copy(self.template)
-        for name in self.state:
-            setattr(session, name, copy.copy(getattr(self.template, name)))
-        # the compiled matcher is shared; its timeout state is this job's alone
-        session.matcher = self.template.matcher.fresh()
-        return session
+        return Session(self.pack.rules, runner=SequentialRunner(), pack=self.pack)
 
 
 _FACTORIES: dict[int, SessionFactory] = {}
@@ -97,7 +86,7 @@ _FACTORIES: dict[int, SessionFactory] = {}
 def session_factory(ctx: WorkerContext) -> SessionFactory:
     """This process's session factory for ``ctx``'s rules (built on first use)."""
     factory = _FACTORIES.get(id(ctx.rules))
-    if factory is None or factory.template.rules is not ctx.rules:
+    if factory is None or factory.rules is not ctx.rules:
         _FACTORIES.clear()
         factory = _FACTORIES[id(ctx.rules)] = SessionFactory(ctx.rules)
     return factory

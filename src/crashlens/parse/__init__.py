@@ -12,7 +12,7 @@ from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.model import FileResult, Source
 from crashlens.parse.index import BlockIndex, index_block
-from crashlens.parse.matcher import LineMatcher
+from crashlens.parse.matcher import LineIndex, LineMatcher
 from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
 from crashlens.ruletypes import RuleSet
@@ -24,6 +24,7 @@ __all__ = [
     "FileParser",
     "FileResult",
     "IndexedBlocks",
+    "LineIndex",
     "LineMatcher",
     "fast_path_ok",
     "index_block",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-def scanner_for(matcher: LineMatcher) -> TriggerScanner | None:
+def scanner_for(matcher: LineMatcher | LineIndex) -> TriggerScanner | None:
     """The fast-path scanner for a rule set, or None when a detector must see every line."""
     if matcher.always:
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -13,8 +12,11 @@ from crashlens.ruletypes import Detector, Rule, RuleSet
 REGEX_TIMEOUT = 0.25
 
 
-class LineMatcher:
-    """All line-scope detectors of a rule set, indexed by their required literals."""
+class LineIndex:
+    """All line-scope detectors of a rule set, indexed by their required literals: compiled
+    once, never changed after, shared by every analysis that uses the rule set."""
+
+    __slots__ = ("always", "by_literal", "by_literal_ci", "prefilter", "prefilter_text")
 
     def __init__(self, rules: RuleSet) -> None:
         self.always: list[tuple[Rule, Detector]] = []
@@ -41,16 +43,27 @@ class LineMatcher:
             parts = [re.escape(lit) for lit in sorted(self.by_literal, key=len, reverse=True)]
             parts += [f"(?i:{re.escape(lit)})" for lit in sorted(self.by_literal_ci)]
             self.prefilter_text = re.compile("|".join(parts))
+
+
+class LineMatcher:
+    """One analysis's use of a :class:`LineIndex`: the detectors run under a time limit, and
+    what this analysis learnt (a detector that ran out of time is counted and not run again)
+    is its own, never the index's."""
+
+    def __init__(self, index: LineIndex | RuleSet) -> None:
+        self.index = index if isinstance(index, LineIndex) else LineIndex(index)
+        self.always = self.index.always
+        self.by_literal = self.index.by_literal
+        self.by_literal_ci = self.index.by_literal_ci
+        self.prefilter = self.index.prefilter
+        self.prefilter_text = self.index.prefilter_text
         self.timeouts: dict[str, int] = {}
         self.disabled: set[int] = set()
 
     def fresh(self) -> LineMatcher:
-        """This matcher's compiled indexes with a state of its own (no timeouts, nothing
+        """A matcher on the same compiled index with a state of its own (no timeouts, nothing
         disabled): one analysis's slow detector is not skipped in the next one's."""
-        other = copy.copy(self)
-        other.timeouts = {}
-        other.disabled = set()
-        return other
+        return LineMatcher(self.index)
 
     def match(self, text: str, kind: str) -> list[tuple[Rule, Detector, Any]]:
         """Every (rule, detector, match) for ``text`` from a source of ``kind``."""
