@@ -61,7 +61,7 @@ MAX_CODE = 200
 _MARKERS = lazyre.compile_regex(r"[~^\s]+")
 MAX_MESSAGE_LINES = 60
 #: A traceback header indented by up to this many spaces starts a traceback whose lines share
-#: that margin (a tab or a deeper indent is text quoted inside something else).
+#: that margin (deeper, or indented with tabs, it is text quoted inside something else).
 MAX_MARGIN = 24
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
