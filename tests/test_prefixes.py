@@ -131,3 +131,30 @@ def test_a_shells_own_report_under_a_stamp_makes_the_console_stamped() -> None:
     assert style.stamped
     assert strip(head[2], style)[0] == "/bin/bash: line 27: 318 Killed sh start.sh"
     assert not sniff_style(head[:2]).stamped
+
+
+def test_sparse_keys_equal_a_match_at_every_line() -> None:
+    # A file whose lines carry prefixes only here and there gets its keys from one search for
+    # prefixes; they must be what matching at every line gives, on every layout we have.
+    from pathlib import Path
+
+    from crashlens.ingest.prefixes import key_pattern
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for path in sorted([*root.glob("fixtures/**/*.log"), *root.glob("corpus/*/*/*.log")]):
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        lines = data.decode("utf-8", "replace").splitlines()[:200]
+        style = sniff_style(lines)
+        if style.srun or style.pdsh:
+            continue
+        keys = key_pattern(style)
+        for block in (data, b"x\n" + data, data[data.find(b"\n") + 1 :] or b"\n"):
+            first = keys._first.match(block, 0, len(block))
+            dense = keys._rest.findall(block, 0, len(block) - 1)
+            dense.insert(0, first.group(1) if first is not None else b"")
+            assert keys.keys(block, 0, len(block)) == dense, path
+            checked += 1
+    assert checked > 500

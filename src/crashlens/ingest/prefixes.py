@@ -202,8 +202,29 @@ class PrefixKeys:
     def keys(self, block: bytes, start: int, end: int) -> list[bytes]:
         """The key of each whole line of ``block[start:end]`` (which ends with a newline)."""
         first = self._first.match(block, start, end)
+        if not self.every_line:
+            return self._sparse_keys(block, start, end, first)
         keys: list[bytes] = self._rest.findall(block, start, end - 1)
         keys.insert(0, first.group(1) if first is not None else b"")
+        return keys
+
+    def _sparse_keys(
+        self, block: bytes, start: int, end: int, first: re.Match[bytes] | None
+    ) -> list[bytes]:
+        """:meth:`keys` when only some lines can carry a prefix (no srun or pdsh label on
+        every line): every line's key is empty but the lines a prefix starts, found by one
+        search for prefixes instead of a match at every line (a rank's own file with a
+        handful of ``[rank3]:`` lines)."""
+        keys = [b""] * block.count(b"\n", start, end)
+        if first is not None and keys:
+            keys[0] = first.group(1)
+        line, counted = 0, start
+        for m in self._any.finditer(block, start, end - 1):
+            newline = m.start()
+            line += block.count(b"\n", counted, newline + 1)
+            counted = newline + 1
+            at = self._first.match(block, newline + 1, end)
+            keys[line] = at.group(1) if at is not None else b""
         return keys
 
 
