@@ -99,3 +99,15 @@ def test_a_terminate_whose_what_is_the_watchdog_timeout_is_how_the_rank_died_of_
     )
     # the terminate is no cause of its own any more: nothing in this log is
     assert [c.rule_id for c in report.causes if c.kind == "cause"] == []
+
+
+def test_the_sigabrt_a_watchdog_terminate_brings_about_is_no_cause_either(tmp_path: Path) -> None:
+    # snap-research/DiscoScene#5 as posted: rank 7's terminate repeats its watchdog timeout,
+    # then the elastic agent reports that rank's exit code -6 and tears the others down.
+    source = Path(__file__).parents[1] / "corpus/tune/snap-research-discoscene-5/console.log"
+    log = tmp_path / "console.log"
+    log.write_bytes(source.read_bytes())
+    report = analyze([log])
+    assert report.primary is not None
+    assert report.primary.rule_id == "nccl-watchdog-timeout"
+    assert [c.rule_id for c in report.causes if c.kind == "cause"] == []

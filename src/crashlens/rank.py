@@ -264,7 +264,8 @@ def _demote_carriers(
 ) -> tuple[list[Cause], list[Cause], list[tuple[Cause, Cause]]]:
     """A failure of class unknown whose own message carries a recognised symptom ("terminate
     called after throwing ..." whose what(): is the NCCL watchdog's timeout) is how the process
-    died of that symptom: it becomes a symptom too, ranked below the one it carries."""
+    died of that symptom: it becomes a symptom too, ranked below the one it carries. So does
+    what such a failure brings about by its rule (the SIGABRT exit a terminate causes)."""
     kept: list[Cause] = []
     carried: list[tuple[Cause, Cause]] = []
     for c in causes:
@@ -277,6 +278,22 @@ def _demote_carriers(
         demoted = Cause(c.match, "symptom", environment=env)
         symptoms = [*symptoms, demoted]
         carried.append((demoted, inner))
+    while carried:
+        brought = [
+            (c, inner)
+            for c in kept
+            if c.match.rule.cls == "unknown"
+            for d, inner in carried
+            if d.match.rule.explains_target(c.rule_id, c.match.rule.cls)
+        ]
+        if not brought:
+            break
+        for c, inner in brought:
+            if c in kept:
+                kept.remove(c)
+                demoted = Cause(c.match, "symptom", environment=env)
+                symptoms = [*symptoms, demoted]
+                carried.append((demoted, inner))
     return kept, symptoms, carried
 
 
