@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 from crashlens import analyze
+from crashlens.report import Report
 
 CAPTURES = Path(__file__).parent / "captures"
 
@@ -83,15 +84,19 @@ def test_warnings_a_cause_needs_are_not_where_the_process_ended(tmp_path: Path) 
     assert lines[first.line - 1].startswith("Traceback (most recent call last)")
 
 
+def _posted(tmp_path: Path, case: str) -> Report:
+    """A tune corpus case's console, as posted, analysed on its own."""
+    log = tmp_path / "console.log"
+    log.write_bytes((Path(__file__).parents[1] / "corpus/tune" / case / "console.log").read_bytes())
+    return analyze([log])
+
+
 def test_a_terminate_whose_what_is_the_watchdog_timeout_is_how_the_rank_died_of_it(
     tmp_path: Path,
 ) -> None:
     # InternLM/InternLM#290 as posted: the watchdog's timeout on ranks 0 and 3, then the
     # terminate its what(): repeats, then a traceback the paste cuts.
-    lines = Path(__file__).parents[1] / "corpus/tune/internlm-internlm-290/console.log"
-    log = tmp_path / "console.log"
-    log.write_bytes(lines.read_bytes())
-    report = analyze([log])
+    report = _posted(tmp_path, "internlm-internlm-290")
     assert report.primary is not None
     assert (report.primary.rule_id, report.primary.match.rule.cls) == (
         "nccl-watchdog-timeout",
@@ -104,10 +109,7 @@ def test_a_terminate_whose_what_is_the_watchdog_timeout_is_how_the_rank_died_of_
 def test_the_sigabrt_a_watchdog_terminate_brings_about_is_no_cause_either(tmp_path: Path) -> None:
     # snap-research/DiscoScene#5 as posted: rank 7's terminate repeats its watchdog timeout,
     # then the elastic agent reports that rank's exit code -6 and tears the others down.
-    source = Path(__file__).parents[1] / "corpus/tune/snap-research-discoscene-5/console.log"
-    log = tmp_path / "console.log"
-    log.write_bytes(source.read_bytes())
-    report = analyze([log])
+    report = _posted(tmp_path, "snap-research-discoscene-5")
     assert report.primary is not None
     assert report.primary.rule_id == "nccl-watchdog-timeout"
     assert [c.rule_id for c in report.causes if c.kind == "cause"] == []

@@ -266,34 +266,31 @@ def _demote_carriers(
     called after throwing ..." whose what(): is the NCCL watchdog's timeout) is how the process
     died of that symptom: it becomes a symptom too, ranked below the one it carries. So does
     what such a failure brings about by its rule (the SIGABRT exit a terminate causes)."""
-    kept: list[Cause] = []
+    kept = list(causes)
     carried: list[tuple[Cause, Cause]] = []
-    for c in causes:
-        inner = next(
-            (s for s in symptoms if s.match.rule.cls != "unknown" and _carries(c, s)), None
-        )
-        if c.match.rule.cls != "unknown" or inner is None:
-            kept.append(c)
-            continue
-        demoted = Cause(c.match, "symptom", environment=env)
-        symptoms = [*symptoms, demoted]
-        carried.append((demoted, inner))
-    while carried:
-        brought = [
-            (c, inner)
-            for c in kept
-            if c.match.rule.cls == "unknown"
+
+    def inner_of(c: Cause) -> Cause | None:
+        if c.match.rule.cls != "unknown":
+            return None
+        own = (s for s in symptoms if s.match.rule.cls != "unknown" and _carries(c, s))
+        brought = (
+            inner
             for d, inner in carried
             if d.match.rule.explains_target(c.rule_id, c.match.rule.cls)
-        ]
-        if not brought:
-            break
-        for c, inner in brought:
-            if c in kept:
+        )
+        return next(own, None) or next(brought, None)
+
+    changed = True
+    while changed:
+        changed = False
+        for c in list(kept):
+            inner = inner_of(c)
+            if inner is not None:
                 kept.remove(c)
                 demoted = Cause(c.match, "symptom", environment=env)
                 symptoms = [*symptoms, demoted]
                 carried.append((demoted, inner))
+                changed = True
     return kept, symptoms, carried
 
 
