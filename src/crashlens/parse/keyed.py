@@ -33,10 +33,6 @@ class BlockKeys:
         self.writers = writers
         self.ring = ring
 
-    def key(self, j: int) -> int:
-        """Line ``j``'s key id."""
-        raise NotImplementedError
-
     def counts(self, line: int, stop: int) -> list[int]:
         """Lines of each key id among lines ``[line, stop)``."""
         raise NotImplementedError
@@ -79,9 +75,6 @@ class ListKeys(BlockKeys):
         self.skimmed = bytearray(lines)
         self._ends: list[int] | None = None
         self._by_key: tuple[list[int], list[int]] | None = None
-
-    def key(self, j: int) -> int:
-        return self.ids[j]
 
     def counts(self, line: int, stop: int) -> list[int]:
         counts = [0] * self.writers
@@ -145,9 +138,6 @@ class NumpyKeys(BlockKeys):
         self.skimmed = self.np.zeros(lines, dtype=bool)
         self._ends: Any = None
         self._by_key: Any = None
-
-    def key(self, j: int) -> int:
-        return int(self.ids[j])
 
     def counts(self, line: int, stop: int) -> list[int]:
         counts: list[int] = self.np.bincount(self.ids[line:stop], minlength=self.writers).tolist()
