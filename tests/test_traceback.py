@@ -222,3 +222,23 @@ def test_the_margin_is_the_headers_own_and_a_far_indented_header_is_quoted_text(
     # Deeper than any paste's margin: text quoting a traceback, not one that ended a process.
     quoted = "\n".join(" " * 30 + line for line in shifted.splitlines()[:5])
     assert all(t.start_line != 1 for t in assemble(quoted).done)
+
+
+def test_a_headerless_paste_indented_as_a_block_keeps_its_exception() -> None:
+    # haotian-liu/LLaVA#79 as posted: the header is cut off and every line carries two more
+    # spaces, so the frames sit four in and the exception line two.
+    text = """\
+    File "/mnt/data/experiment/LLaVA/llava/train/train.py", line 567, in train
+      trainer.train()
+    File "/env/lib/python3.9/site-packages/transformers/trainer.py", line 1469, in _wrap_model
+      self.model = model = FSDP(
+  TypeError: __init__() got an unexpected keyword argument 'forward_prefetch'
+"""
+    (tb,) = assemble(text).done
+    exc = tb.exceptions[-1]
+    assert (exc.type, exc.lineno) == ("TypeError", 5)
+    assert exc.message == "__init__() got an unexpected keyword argument 'forward_prefetch'"
+    assert [f.code for f in exc.frames] == ["trainer.train()", "self.model = model = FSDP("]
+    # frames at the usual two spaces: nothing is taken as a margin
+    (plain,) = assemble("\n".join(line[2:] for line in text.splitlines())).done
+    assert plain.exceptions[-1].type == "TypeError" and plain.exceptions[-1].lineno == 5

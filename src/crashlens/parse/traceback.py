@@ -324,10 +324,14 @@ class TracebackAssembler:
             return True
         if _BARE_FRAME.match(text):
             # The header was lost (a pasted excerpt): the frames still say it is a traceback.
+            # Frames sit two spaces in from their block's margin, so a deeper first frame
+            # says the whole block was indented (its exception line too).
             self._start(lineno, text, State.FRAMES)
             assert self.current is not None
             self.current.headerless = True
-            self._on_frames(lineno, text)
+            if len(indent) >= 4 and _margin(indent[2:]):
+                self.current.margin = indent[2:]
+            self._on_frames(lineno, text[len(self.current.margin) :])
             return True
         if text.startswith("╭") and "Traceback" in text:
             self._start(lineno, text, State.RICH)
