@@ -158,3 +158,21 @@ def test_sparse_keys_equal_a_match_at_every_line() -> None:
             assert keys.keys(block, 0, len(block)) == dense, path
             checked += 1
     assert checked > 500
+
+
+def test_a_paste_indented_as_a_block_has_its_margin_removed() -> None:
+    pasted = [
+        "  2024-05-01 03:14:00,000 INFO train: step 2",
+        "  Traceback (most recent call last):",
+        '    File "/home/user/train.py", line 6, in <module>',
+        "",
+        "  RuntimeError: CUDA out of memory.",
+    ]
+    style = sniff_style(pasted)
+    assert style.margin == "  "
+    assert strip(pasted[2], style)[0] == '  File "/home/user/train.py", line 6, in <module>'
+    assert strip("[rank1]: x", style) == ("x", strip("[rank1]: x", sniff_style(["a"]))[1])
+    # one line at column 0, a single stray space, or a far indent: no margin
+    assert sniff_style([*pasted, "RuntimeError: x"]).margin == ""
+    assert sniff_style([" " + line.lstrip() for line in pasted if line]).margin == ""
+    assert sniff_style([" " * 30 + line for line in pasted if line]).margin == ""

@@ -30,6 +30,9 @@ _LEADING_STAMP = lazyre.compile_regex(
 _NEEDS_STAMP_STRIP = lazyre.compile_regex(
     r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
 )
+#: The deepest margin taken for a pasted block (deeper, the lines are quoted inside
+#: something else); the same bound as a traceback's own margin.
+MAX_MARGIN = 24
 _NCCL_HOST = lazyre.compile_regex(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 
 
@@ -59,6 +62,9 @@ class PrefixStyle:
     srun: bool = False
     pdsh: bool = False
     stamped: bool = False
+    #: Leading spaces every line of the file's head carries: the file is a paste indented as
+    #: a block (a list item, a quote), removed before anything else is read.
+    margin: str = ""
 
 
 def sniff_style(head: Iterable[str]) -> PrefixStyle:
@@ -66,6 +72,9 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     lines = [line for line in head if line.strip()]
     if not lines:
         return PrefixStyle()
+    margin = _common_margin(lines)
+    if margin:
+        lines = [line[len(margin) :] for line in lines]
     stamps = [m for line in lines if (m := _LEADING_STAMP.match(line))]
     # Every line stamped, including ones a program never stamps itself (tracebacks, launcher
     # prefixes, lines that carry their own logging time): a tool added the stamps.
@@ -78,8 +87,18 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     hosts = Counter(m["host"] for line in lines if (m := _PDSH.match(line)))
     pdsh_hits = sum(n for host, n in hosts.items() if _looks_like_host(host))
     return PrefixStyle(
-        srun=srun >= 0.6 * len(lines), pdsh=pdsh_hits >= 0.6 * len(lines), stamped=stamped
+        srun=srun >= 0.6 * len(lines),
+        pdsh=pdsh_hits >= 0.6 * len(lines),
+        stamped=stamped,
+        margin=margin,
     )
+
+
+def _common_margin(lines: list[str]) -> str:
+    """The spaces every one of ``lines`` starts with, when there are at least two of them
+    (one is a console's stray space) and at most ``MAX_MARGIN``: a block a paste indented."""
+    width = min(len(line) - len(line.lstrip(" ")) for line in lines)
+    return " " * width if 2 <= width <= MAX_MARGIN else ""
 
 
 def _looks_like_host(word: str) -> bool:
@@ -90,6 +109,8 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     """Remove launcher prefixes from ``text``; return the rest and what they said."""
     if not text:
         return text, NO_PREFIX
+    if style.margin and text.startswith(style.margin):
+        text = text[len(style.margin) :]
     rank = local_rank = None
     host = None
     pos = 0

@@ -51,7 +51,7 @@ def glue_point(raw: str) -> int:
         return 0
     m = _GLUED_PREFIX.search(before)
     cut = m.start() if m else at
-    if _LABELS_ONLY.fullmatch(before[:cut]):
+    if _LABELS_ONLY.fullmatch(before[:cut].lstrip(" ")):  # labels of an indented paste too
         return 0
     return cut if before[:cut].strip() else 0
 

@@ -1,0 +1,107 @@
+"""Does the diagnosis survive what a paste does to a log?
+
+Users paste logs inside a list item or a quote (every line indented), from Windows (CRLF),
+with trailing blanks, through a terminal that colours the exception line, or through a
+launcher that prefixes every line. None of that changes what happened, so none of it may
+change the diagnosis. For each corpus case crashlens diagnoses right, this rewrites its logs
+with one transformation at a time and analyses them again; a case whose class changes is a
+parser that reads the surface, not the meaning.
+
+    python benchmarks/metamorphic.py                 # every transformation, tune part
+    python benchmarks/metamorphic.py --part validation --transform indent2
+
+Only counts are printed for the validation part (its logs stay unread while tuning); ``--list``
+names the tune cases that change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accuracy
+
+from crashlens import analyze
+from crashlens.rulebase import RuleSet, load_rules
+
+
+def _colour_exception(line: str) -> str:
+    head = line.split(":", 1)[0]
+    if line[:1].isalpha() and ":" in line and head.endswith(("Error", "Exception")):
+        return "\x1b[31m" + line + "\x1b[0m"
+    return line
+
+
+#: Each rewrites one line as a paste or a launcher would.
+TRANSFORMS: dict[str, Callable[[str], str]] = {
+    "indent2": lambda line: "  " + line if line else line,
+    "indent4": lambda line: "    " + line if line else line,
+    "crlf": lambda line: line + "\r",
+    "trailing_blanks": lambda line: line + "   ",
+    "coloured_exception": _colour_exception,
+    "rank_prefix": lambda line: "[rank0]: " + line,
+}
+
+
+def rewrite(case_dir: Path, into: Path, transform: Callable[[str], str]) -> Path:
+    """A copy of ``case_dir``'s logs under ``into``, every line rewritten by ``transform``."""
+    into.mkdir(parents=True)
+    for path in sorted(case_dir.iterdir()):
+        if path.name == "case.yaml" or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        (into / path.name).write_text("\n".join(transform(x) for x in lines), encoding="utf-8")
+    return into
+
+
+def diagnosed_right(cases: list[accuracy.Case], rules: RuleSet) -> list[accuracy.Case]:
+    """The cases crashlens diagnoses right as they were posted."""
+    return [c for c in cases if accuracy.evaluate(c, rules).top1]
+
+
+def changed(right: list[accuracy.Case], name: str, rules: RuleSet, tmp: Path) -> list[str]:
+    """The ids of the cases (diagnosed right) the transformation ``name`` makes crashlens
+    diagnose wrong."""
+    broke = []
+    for case in right:
+        copy = rewrite(case.path, tmp / name / case.id, TRANSFORMS[name])
+        report = analyze([copy], rules)
+        labels = {case.cause, *case.acceptable}
+        if case.cause == "none":
+            ok = not report.failed
+        else:
+            ok = bool(report.causes) and report.causes[0].match.rule.cls in labels
+        if not ok:
+            broke.append(case.id)
+    return broke
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=accuracy.PARTS, default="tune")
+    parser.add_argument("--transform", action="append", choices=sorted(TRANSFORMS))
+    parser.add_argument("--list", action="store_true", help="name the tune cases that change")
+    args = parser.parse_args(argv)
+    rules = load_rules()
+    cases = accuracy.load_cases(accuracy.CORPUS, (args.part,))
+    if args.part == "validation":
+        cases = [c for c in cases if not c.seen]
+    right = diagnosed_right(cases, rules)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.transform or list(TRANSFORMS):
+            broke = changed(right, name, rules, Path(tmp))
+            print(f"{name}: {len(broke)} of {len(right)} cases diagnosed right change")
+            if args.list and args.part == "tune":
+                for case_id in broke:
+                    print(f"    {case_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

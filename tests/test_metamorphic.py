@@ -1,0 +1,45 @@
+"""What a paste does to a log (an indented block, CRLF, trailing blanks, a coloured exception
+line) never changes the diagnosis of a real corpus case (``benchmarks/metamorphic.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from crashlens.rulebase import load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+accuracy = _load("accuracy")
+metamorphic = _load("metamorphic")
+RULES = load_rules()
+RIGHT = metamorphic.diagnosed_right(accuracy.load_cases(accuracy.CORPUS, ("tune",)), RULES)
+
+
+@pytest.mark.parametrize(
+    "transform", ["indent2", "indent4", "crlf", "trailing_blanks", "coloured_exception"]
+)
+def test_a_paste_keeps_the_diagnosis(transform: str, tmp_path: Path) -> None:
+    assert len(RIGHT) > 300
+    assert metamorphic.changed(RIGHT, transform, RULES, tmp_path) == []
+
+
+def test_the_rewrite_really_rewrites(tmp_path: Path) -> None:
+    case = next(c for c in RIGHT if c.cause == "cuda_oom")
+    copy = metamorphic.rewrite(case.path, tmp_path / "x", metamorphic.TRANSFORMS["indent4"])
+    lines = [x for p in copy.iterdir() for x in p.read_text().split("\n") if x]
+    assert lines and all(x.startswith("    ") for x in lines)
