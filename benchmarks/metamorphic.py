@@ -45,6 +45,11 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
     "trailing_blanks": lambda line: line + "   ",
     "coloured_exception": _colour_exception,
     "rank_prefix": lambda line: "[rank0]: " + line,
+    "srun_label": lambda line: "0: " + line,
+    "mpi_tag": lambda line: "[1,0]<stderr>:" + line,
+    "stamped": lambda line: "2024-05-01T03:14:00.123456789Z " + line,
+    "dedent": lambda line: line.lstrip(),
+    "double_spaced": lambda line: line + "\n",
 }
 
 
@@ -56,7 +61,9 @@ def rewrite(case_dir: Path, into: Path, transform: Callable[[str], str]) -> Path
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         lines = text.split("\n")
-        (into / path.name).write_text("\n".join(transform(x) for x in lines), encoding="utf-8")
+        end = [""] if lines[-1] == "" else []  # the file's last newline ends a line, no more
+        body = [transform(x) for x in lines[: len(lines) - len(end)]]
+        (into / path.name).write_text("\n".join(body + end), encoding="utf-8")
     return into
 
 

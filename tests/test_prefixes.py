@@ -176,3 +176,28 @@ def test_a_paste_indented_as_a_block_has_its_margin_removed() -> None:
     assert sniff_style([*pasted, "RuntimeError: x"]).margin == ""
     assert sniff_style([" " + line.lstrip() for line in pasted if line]).margin == ""
     assert sniff_style([" " * 30 + line for line in pasted if line]).margin == ""
+
+
+def test_container_log_stamps_are_a_tools_even_on_a_lone_line() -> None:
+    # kubectl logs --timestamps / docker logs -t: RFC 3339 in nanoseconds, UTC
+    lone = ["2024-05-01T03:14:00.123456789Z [node-01:61444] Signal: Segmentation fault (11)"]
+    style = sniff_style(lone)
+    assert style.stamped
+    assert strip(lone[0], style)[0] == "[node-01:61444] Signal: Segmentation fault (11)"
+    # a bare exception line under a stamp: Python prints it unstamped, so a tool stamped it
+    assert sniff_style(["2024-05-01 03:14:00,200 ImportError: cannot import name 'x'"]).stamped
+    # a program's own ISO stamps on its records are not stripped
+    records = [f"2024-05-01T03:14:0{i}.123456+00:00 INFO step {i}" for i in range(5)]
+    assert not sniff_style(records).stamped
+
+
+def test_labels_before_an_indented_header_are_not_glued_text() -> None:
+    from crashlens.parse.text import split_glued
+
+    # facebookresearch/access#9's block indentation, under a launcher's label
+    for line in (
+        "[rank0]:               Traceback (most recent call last):",
+        "0:               Traceback (most recent call last):",
+        "stderr:   Traceback (most recent call last):",
+    ):
+        assert split_glued(line) == (line,)

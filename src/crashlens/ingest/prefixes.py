@@ -25,10 +25,13 @@ _KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
 _LEADING_STAMP = lazyre.compile_regex(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
 )
+_CONTAINER_STAMP = lazyre.compile_regex(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
 #: After a leading stamp, text no program stamps itself: an indented line, a traceback, a launcher
-#: prefix, a second stamp, a shell's own report (``/bin/bash: line 27: 318 Killed ...``).
+#: prefix, a second stamp, a shell's own report (``/bin/bash: line 27: 318 Killed ...``), an
+#: exception's final line (Python prints it bare; a logger puts its level first).
 _NEEDS_STAMP_STRIP = lazyre.compile_regex(
     r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
+    r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
 )
 #: The deepest margin taken for a pasted block (deeper, the lines are quoted inside
 #: something else); the same bound as a traceback's own margin.
@@ -78,8 +81,12 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     stamps = [m for line in lines if (m := _LEADING_STAMP.match(line))]
     # Every line stamped, including ones a program never stamps itself (tracebacks, launcher
     # prefixes, lines that carry their own logging time): a tool added the stamps.
-    stamped = len(stamps) >= 0.8 * len(lines) and any(
-        _NEEDS_STAMP_STRIP.match(m.string, m.end()) for m in stamps
+    # So is RFC 3339 with nanoseconds in UTC (``2024-05-01T03:14:00.123456789Z``): what
+    # ``kubectl logs --timestamps`` and ``docker logs -t`` put there; no logging library's
+    # default format.
+    stamped = len(stamps) >= 0.8 * len(lines) and (
+        any(_NEEDS_STAMP_STRIP.match(m.string, m.end()) for m in stamps)
+        or all(_CONTAINER_STAMP.match(m.group(0)) for m in stamps)
     )
     if stamped:
         lines = [line[m.end() :] if (m := _LEADING_STAMP.match(line)) else line for line in lines]
