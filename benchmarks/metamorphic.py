@@ -50,6 +50,9 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
     "stamped": lambda line: "2024-05-01T03:14:00.123456789Z " + line,
     "dedent": lambda line: line.lstrip(),
     "double_spaced": lambda line: line + "\n",
+    # a combined console: another rank's chatter between every line of this one's
+    "interleaved": lambda line: "[rank0]: " + line + "\n[rank1]: INFO train: step 7 loss 0.5130",
+    "wrapped": lambda line: "\n".join(line[i : i + 100] for i in range(0, max(len(line), 1), 100)),
 }
 
 
