@@ -33,8 +33,8 @@ _NEEDS_STAMP_STRIP = lazyre.compile_regex(
     r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
     r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
 )
-#: The deepest margin taken for a pasted block (deeper, the lines are quoted inside
-#: something else); the same bound as a traceback's own margin.
+#: The deepest margin a pasted block (or a traceback header) may be indented by: deeper, the
+#: lines are quoted inside something else.
 MAX_MARGIN = 24
 _NCCL_HOST = lazyre.compile_regex(r"(?P<host>[\w\-.]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\] ")
 

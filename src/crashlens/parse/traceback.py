@@ -15,6 +15,7 @@ from enum import Enum
 import regex
 
 from crashlens import lazyre
+from crashlens.ingest.prefixes import MAX_MARGIN
 from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame
 from crashlens.provenance import is_user_path, launched_script
 
@@ -60,9 +61,6 @@ MAX_CODE = 200
 #: CPython 3.11+'s position markers under a source line (``~~~~^^^^``).
 _MARKERS = lazyre.compile_regex(r"[~^\s]+")
 MAX_MESSAGE_LINES = 60
-#: A traceback header indented by up to this many spaces starts a traceback whose lines share
-#: that margin (deeper, or indented with tabs, it is text quoted inside something else).
-MAX_MARGIN = 24
 #: Unindented non-exception lines tolerated inside a traceback's frames (interleaved output).
 MAX_NOISE_LINES = 5
 
