@@ -32,6 +32,7 @@ from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
 from crashlens.ingest.flight import DumpRefused, looks_like_dump, rank_of, read_dump
+from crashlens.ingest.memory import keep_freed_blocks
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern
 from crashlens.ingest.read import NotText, Tolerant, compressed, open_binary
 from crashlens.match import Facts, match
@@ -148,6 +149,7 @@ class ForkRunner:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        keep_freed_blocks()  # before the fork: the workers read most of the blocks
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(
             max_workers=self.workers,
