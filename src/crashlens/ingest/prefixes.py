@@ -161,6 +161,13 @@ _B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
 # Looser than _BRACKET (a key needs only to cover what strip() would take): strip() on the key
 # then names the same writer as strip() on the whole line.
 _B_BRACKET = rb"\[[A-Za-z_][^\]\n:]{0,40}\]:[ ]?"
+_B_ANY = b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET)) + b")"
+
+
+#: A line (after a block's first) that starts as every prefix :class:`PrefixKeys` reads
+#: without an srun or pdsh label or a leading stamp does, for a scanner to report in the same
+#: pass as its triggers: a block without one has no prefixed line but maybe its first.
+PREFIX_MARKER = rb"\n\["
 
 
 class PrefixKeys:
@@ -186,17 +193,20 @@ class PrefixKeys:
         self.every_line = style.srun or style.pdsh
         self._first = re.compile(stamp + b"(" + body + b")")
         self._rest = re.compile(b"\n" + stamp + b"(" + body + b")")
-        self._any = re.compile(
-            b"\n" + stamp + b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET)) + b")"
-        )
+        self._any = re.compile(b"\n" + stamp + _B_ANY)
+        #: Whether :data:`PREFIX_MARKER` finds every line this style can prefix.
+        self.marked = not style.stamped
 
-    def single(self, block: bytes, start: int, end: int) -> bool:
-        """Whether no line of ``block[start:end]`` carries a prefix (one writer)."""
+    def single(self, block: bytes, start: int, end: int, marked: bool | None = None) -> bool:
+        """Whether no line of ``block[start:end]`` carries a prefix (one writer); ``marked``:
+        whether a scan of the same bytes found :data:`PREFIX_MARKER` (None: not known)."""
         if self.every_line:
             return False
         first = self._first.match(block, start, end)
         if first is not None and first.end(1) > first.start(1):
             return False
+        if marked is False and self.marked:
+            return True
         return self._any.search(block, start, end) is None
 
     def keys(self, block: bytes, start: int, end: int) -> list[bytes]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.model import FileResult, Source
-from crashlens.parse.index import BlockIndex, index_block
+from crashlens.parse.index import BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
 from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
@@ -40,7 +40,8 @@ def scanner_for(matcher: LineMatcher | LineIndex) -> TriggerScanner | None:
     """The fast-path scanner for a rule set, or None when a detector must see every line."""
     if matcher.always:
         return None
-    return TriggerScanner([*matcher.by_literal, *STRUCTURAL_TRIGGERS], matcher.by_literal_ci)
+    triggers = [*matcher.by_literal, *STRUCTURAL_TRIGGERS]
+    return TriggerScanner(triggers, matcher.by_literal_ci, markers=scanner_markers())
 
 
 def fast_path_ok(source: Source, encoding: str, scanner: TriggerScanner | None) -> bool:

@@ -42,7 +42,9 @@ class LineParser(Protocol):
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None: ...
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
-    def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
+    def skip(
+        self, block: bytes, start: int, end: int, count: int, last_lineno: int, nccl: int | None
+    ) -> None: ...
     def repeats(self, header: bytes) -> list[Repeat] | None: ...
     def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]: ...
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
@@ -57,6 +59,8 @@ class FastPath:
         # The block being taken, for demultiplexed blocks only.
         self._block = b""
         self._base = 0
+        #: The block's first NCCL line (:attr:`BlockIndex.nccl`).
+        self._nccl: int | None = None
         self._streams: list[Stream] = []
         #: The block's key ids per line (None when no line has a prefix), and the same ids
         #: for reading one at a time.
@@ -95,7 +99,7 @@ class FastPath:
         return lineno
 
     def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
-        self._block, self._base = block, lineno
+        self._block, self._base, self._nccl = block, lineno, index.nccl
         if index.keys is None:
             self._bk = None
             return
@@ -196,13 +200,13 @@ class FastPath:
                     parser.glance(stream, block[probed:stop], lineno + n + 1)
                     probed, n = stop + 1, n + 1
                 stream.lines -= n  # skip counts them
-                parser.skip(block, start, probed, n, lineno + n)
+                parser.skip(block, start, probed, n, lineno + n, self._nccl)
                 start, lineno, count = probed, lineno + n, count - n
                 continue
             start, lineno = parser.feed_bytes(block, start, lineno, quiet=True)
             count -= 1
         if start < end:
-            parser.skip(block, start, end, count, lineno + count)
+            parser.skip(block, start, end, count, lineno + count, self._nccl)
             lineno += count
         return lineno
 
@@ -265,7 +269,7 @@ class FastPath:
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
                     if nccl is None:  # one scan of the range for every writer that hunts
-                        nccl = self._nccl_lines(block, start, end, line)
+                        nccl = self._nccl_lines(block, start, end, line, self._nccl)
                     self._hunt_pid(stream, i, block, nccl, count)
         return lineno + n
 
@@ -280,11 +284,16 @@ class FastPath:
         return out
 
     @staticmethod
-    def _nccl_lines(block: bytes, start: int, end: int, line: int) -> list[tuple[int, int, int]]:
+    def _nccl_lines(
+        block: bytes, start: int, end: int, line: int, first: int | None
+    ) -> list[tuple[int, int, int]]:
         """The NCCL lines of ``block[start:end]`` (whose first line is the block's ``line``):
-        (line index in the block, start, end)."""
-        out = []
-        at = block.find(b" NCCL ", start, end)
+        (line index in the block, start, end). ``first``: the block's first (-1: none, None:
+        not known)."""
+        out: list[tuple[int, int, int]] = []
+        if first is not None and (first < 0 or first >= end):
+            return out
+        at = block.find(b" NCCL ", max(start, first or 0), end)
         counted, lines = start, line
         while at >= 0:
             line_start = block.rfind(b"\n", start, at) + 1 or start

@@ -12,7 +12,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
-from crashlens.ingest.prefixes import PrefixKeys
+from crashlens.ingest.prefixes import PREFIX_MARKER, PrefixKeys
 from crashlens.parse.scan import TriggerScanner
 
 
@@ -30,11 +30,29 @@ class BlockIndex:
     keys: array[int] | None = None
     #: The distinct prefixes as raw bytes (``b""``: no prefix).
     key_table: tuple[bytes, ...] = ()
+    #: Where the block's first NCCL line's `` NCCL `` is (-1: it has none; None: not known).
+    nccl: int | None = None
+
+
+#: What the scanner reports the first of, besides the triggers (see :func:`scanner_markers`).
+NCCL_MARK = b" NCCL "
+
+
+def scanner_markers() -> tuple[bytes, ...]:
+    """The markers of the fast path's scanner (:attr:`TriggerScanner.markers`), in the order
+    :func:`index_block` reads them: the first NCCL line (its pid, see
+    :meth:`~crashlens.parse.state.Stream.learn_pid`), a line that may start with a launcher
+    prefix (:data:`~crashlens.ingest.prefixes.PREFIX_MARKER`)."""
+    return (NCCL_MARK, PREFIX_MARKER)
 
 
 def index_block(block: bytes, scanner: TriggerScanner, prefixes: PrefixKeys) -> BlockIndex:
     """Index ``block`` (whole lines, ending with a newline)."""
-    starts = scanner.line_starts(block)
+    starts, marks = scanner.scan(block)
+    nccl = marked = None
+    if marks is not None and len(marks) == 2:
+        nccl = marks[0] - len(NCCL_MARK) if marks[0] >= 0 else -1
+        marked = marks[1] >= 0
     trigger_lines = []
     line, prev = 0, 0
     count = block.count
@@ -43,9 +61,9 @@ def index_block(block: bytes, scanner: TriggerScanner, prefixes: PrefixKeys) -> 
         trigger_lines.append(line)
         prev = start
     lines = line + count(b"\n", prev)
-    if prefixes.single(block, 0, len(block)):
-        return BlockIndex(lines, tuple(starts), tuple(trigger_lines))
+    if prefixes.single(block, 0, len(block), marked):
+        return BlockIndex(lines, tuple(starts), tuple(trigger_lines), nccl=nccl)
     keys = prefixes.keys(block, 0, len(block))
     table = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     ids = array("I", map(table.__getitem__, keys))
-    return BlockIndex(lines, tuple(starts), tuple(trigger_lines), ids, tuple(table))
+    return BlockIndex(lines, tuple(starts), tuple(trigger_lines), ids, tuple(table), nccl)
