@@ -209,23 +209,29 @@ class PrefixKeys:
             return True
         return self._any.search(block, start, end) is None
 
-    def keys(self, block: bytes, start: int, end: int) -> list[bytes]:
-        """The key of each whole line of ``block[start:end]`` (which ends with a newline)."""
+    def keys(self, block: bytes, start: int, end: int, lines: int | None = None) -> list[bytes]:
+        """The key of each whole line of ``block[start:end]`` (which ends with a newline;
+        ``lines``: its number of lines, when known)."""
         first = self._first.match(block, start, end)
         if not self.every_line:
-            return self._sparse_keys(block, start, end, first)
+            return self._sparse_keys(block, start, end, first, lines)
         keys: list[bytes] = self._rest.findall(block, start, end - 1)
         keys.insert(0, first.group(1) if first is not None else b"")
         return keys
 
     def _sparse_keys(
-        self, block: bytes, start: int, end: int, first: re.Match[bytes] | None
+        self,
+        block: bytes,
+        start: int,
+        end: int,
+        first: re.Match[bytes] | None,
+        lines: int | None,
     ) -> list[bytes]:
         """:meth:`keys` when only some lines can carry a prefix (no srun or pdsh label on
         every line): every line's key is empty but the lines a prefix starts, found by one
         search for prefixes instead of a match at every line (a rank's own file with a
         handful of ``[rank3]:`` lines)."""
-        keys = [b""] * block.count(b"\n", start, end)
+        keys = [b""] * (block.count(b"\n", start, end) if lines is None else lines)
         if first is not None and keys:
             keys[0] = first.group(1)
         line, counted = 0, start
