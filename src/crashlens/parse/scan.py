@@ -224,17 +224,22 @@ def iter_blocks(stream: Readable, head: bytes = b"") -> Iterator[bytes]:
                 continue
             chunk = chunk[nl + 1 :]
             dropping = False
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
+        cut = chunk.rfind(b"\n")  # the carry has none
         if cut < 0:
+            data = carry + chunk
             if len(data) > MAX_CARRY:
                 yield data[:MAX_LINE_BYTES] + b"\n"
                 carry, dropping = b"", True
             else:
                 carry = data
             continue
-        yield data[: cut + 1]
-        carry = data[cut + 1 :]
+        block = chunk
+        if carry or cut + 1 < len(chunk):
+            # One copy of the block's bytes, not two (joined, then cut).
+            with memoryview(chunk) as view:
+                block = b"".join((carry, view[: cut + 1]))
+        carry = chunk[cut + 1 :]
+        yield block
     if carry and not dropping:
         yield carry + b"\n"
 
