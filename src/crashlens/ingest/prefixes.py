@@ -170,6 +170,10 @@ _B_ANY = b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET)) + b")"
 PREFIX_MARKER = rb"\n\["
 
 
+#: Lines of a block sampled to choose how its keys are read (:meth:`PrefixKeys.keys`).
+DENSE_SAMPLE = 32
+
+
 class PrefixKeys:
     """Reads the launcher prefix of every line of a block of bytes, as a key per line.
 
@@ -213,11 +217,25 @@ class PrefixKeys:
         """The key of each whole line of ``block[start:end]`` (which ends with a newline;
         ``lines``: its number of lines, when known)."""
         first = self._first.match(block, start, end)
-        if not self.every_line:
+        if not self.every_line and not self._dense(block, start, end):
             return self._sparse_keys(block, start, end, first, lines)
+        # No prefix but those the sparse search finds can match here (a key never spans
+        # lines): the same keys, by one match per line.
         keys: list[bytes] = self._rest.findall(block, start, end - 1)
         keys.insert(0, first.group(1) if first is not None else b"")
         return keys
+
+    def _dense(self, block: bytes, start: int, end: int) -> bool:
+        """Whether most of the first :data:`DENSE_SAMPLE` lines of ``block[start:end]``
+        carry a prefix (a combined console): a match per line is then three times faster
+        than searching for the prefixed lines (:meth:`_sparse_keys`)."""
+        stop = start
+        for _ in range(DENSE_SAMPLE):
+            stop = block.find(b"\n", stop, end) + 1
+            if not stop:
+                return False  # a short block: either way is fast
+        sample = self._rest.findall(block, start, stop - 1)
+        return 2 * sum(1 for key in sample if key) > len(sample)
 
     def _sparse_keys(
         self,
