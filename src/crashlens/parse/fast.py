@@ -349,14 +349,14 @@ class FastPath:
             first = self._taken.get(id(stream), 0)
             picked.setdefault(id(stream), []).extend(keys.tail(i, first, None))
         block, base, style = self._block, self._base, self.parser.style
+        ends = keys.ends()
         for key, lines in picked.items():
             if not lines:
                 continue
             lines.sort()
-            tail = []
-            for j in lines[-RING:]:
-                begin, finish = keys.span(j)
-                tail.append((base + j + 1, block[begin:finish]))
+            tail = [
+                (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines[-RING:]
+            ]
             self.pending[key].ring.extend_raw(tail, style)
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
@@ -373,9 +373,8 @@ class FastPath:
         if not picked:
             return
         picked.sort()
-        block, base = self._block, self._base
-        tail = []
-        for j in picked[-RING:]:
-            begin, finish = keys.span(j)
-            tail.append((base + j + 1, block[begin:finish]))
+        block, base, ends = self._block, self._base, keys.ends()
+        tail = [
+            (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in picked[-RING:]
+        ]
         stream.ring.extend_raw(tail, self.parser.style)
