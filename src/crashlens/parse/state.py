@@ -99,6 +99,13 @@ class Ring:
         for i in range(len(self._lines) - 1, -1, -1):
             yield self._line(i)
 
+    def before(self, lineno: int) -> Iterator[tuple[int, str]]:
+        """The lines before line ``lineno``, newest first (later ones are not decoded)."""
+        lines = self._lines
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i][0] < lineno:
+                yield self._line(i)
+
     def __len__(self) -> int:
         return len(self._lines)
 
@@ -247,11 +254,10 @@ class Stream:
 
     def last_step(self, before: int) -> int | None:
         """The number of the last ``step N`` line before line ``before``, if still in view."""
-        for lineno, text in reversed(self.ring):
-            if lineno < before:
-                m = STEP.search(text)
-                if m:
-                    return int(m["n"])
+        for _, text in self.ring.before(before):
+            m = STEP.search(text)
+            if m:
+                return int(m["n"])
         return None
 
     def verdicts(self) -> Iterator[tuple[DoneTraceback, bool, bool]]:

@@ -127,10 +127,11 @@ def _dated(m: re.Match[str] | None) -> Stamp | None:
     """A full date and time (``y mo d h mi s`` groups, optional ``f`` and zone ``z``)."""
     if not m:
         return None
-    value = _wall(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+    y, mo, d, h, mi, s = m.group("y", "mo", "d", "h", "mi", "s")
+    value = _wall(int(y), int(mo), int(d), int(h), int(mi), int(s))
     if value is None:
         return None
-    zone = m.groupdict().get("z")
+    zone = m["z"] if "z" in m.re.groupindex else None
     return Stamp(value + _frac(m["f"]) - _zone(zone))
 
 
