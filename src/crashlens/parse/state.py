@@ -113,6 +113,10 @@ class Ring:
         return self._line(index)
 
 
+#: Bytes before a quiet range's end split at once for its last lines (:meth:`remember_tail`).
+TAIL_WINDOW = 8192
+
+
 @dataclass(slots=True)
 class PendingHit:
     """A finding whose time, rank or fatal verdict may still be settled by later lines."""
@@ -233,15 +237,23 @@ class Stream:
         self, block: bytes, start: int, end: int, count: int, last_lineno: int, style: PrefixStyle
     ) -> None:
         """Keep the last ``count`` of the quiet lines ``block[start:end]`` in the ring."""
-        tail_start = end - 1
-        for _ in range(count):
-            tail_start = block.rfind(b"\n", start, tail_start)
-            if tail_start < 0:
-                tail_start = start - 1
-                break
-        lines = block[max(tail_start + 1, start) : end - 1].split(b"\n")
+        stop = end - 1
+        low = max(start, stop - TAIL_WINDOW)
+        if low == start:
+            lines = block[start:stop].split(b"\n")[-count:]
+        else:
+            # Split the window the last lines usually fit in: ``count`` newlines in it.
+            lines = block[low:stop].rsplit(b"\n", count)[1:]
+            if len(lines) < count:  # longer lines: walk back to the start of the tail
+                tail_start = stop
+                for _ in range(count):
+                    tail_start = block.rfind(b"\n", start, tail_start)
+                    if tail_start < 0:
+                        tail_start = start - 1
+                        break
+                lines = block[tail_start + 1 : stop].split(b"\n")
         first = last_lineno - len(lines) + 1
-        self.ring.extend_raw(((first + i, line) for i, line in enumerate(lines)), style)
+        self.ring.extend_raw(zip(range(first, last_lineno + 1), lines, strict=True), style)
 
     def learn_pid(self, raw: bytes) -> bool:
         """Take the host and pid of an NCCL line; whether it had them."""
