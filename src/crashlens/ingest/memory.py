@@ -1,4 +1,5 @@
-"""Keep the memory of freed blocks in the process for the next ones (glibc's malloc).
+"""Keep the memory of freed blocks in the process for the next ones (glibc's malloc), and
+keep what a big read has built out of the cyclic garbage collector's way.
 
 A big input is read in blocks of a few MB (:data:`crashlens.parse.scan.BLOCK`), each a new
 ``bytes`` object, and its index, keys and slices are about as big. glibc gives a freed chunk
@@ -11,7 +12,9 @@ needs, as before, since nothing more is ever live at once.
 
 from __future__ import annotations
 
+import gc
 import sys
+from types import TracebackType
 
 #: Chunks up to this size come from the heap (a block, its carry and its index fit).
 MMAP_THRESHOLD = 16 << 20
@@ -34,3 +37,39 @@ def keep_freed_blocks() -> bool:
         return False
     ok: bool = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
     return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1) and ok
+
+
+class FrozenHeap:
+    """While a big input is read: the objects made so far (modules, rules, the results that
+    came back) are left out of the garbage collector's full passes (``gc.freeze``).
+
+    Every full pass walks every tracked object, and a job with tens of thousands of
+    tracebacks brings back that many objects per file: on the retry-heavy 512 MB mix the
+    passes over what was already kept took a third of the parent's CPU time (0.23 of 0.68 s).
+    Freezing before the workers fork also spares them the passes over what they inherit. Only
+    cycles among frozen objects wait for the end (:meth:`__exit__` unfreezes); nothing is done
+    where something else froze the heap already (a forking server's own ``gc.freeze``).
+    """
+
+    def __init__(self) -> None:
+        self._mine = False
+
+    def __enter__(self) -> FrozenHeap:
+        self._mine = gc.get_freeze_count() == 0
+        self.keep()
+        return self
+
+    def keep(self) -> None:
+        """Leave everything made so far out of later full passes."""
+        if self._mine:
+            gc.freeze()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._mine:
+            gc.unfreeze()
+            self._mine = False
