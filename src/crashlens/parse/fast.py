@@ -75,6 +75,8 @@ class FastPath:
         self._replayed: set[int] = set()
         self._replayed_heap: list[int] = []
         self._by_stream: dict[int, list[int]] = {}
+        #: Per stream (by id), its key ids in the block (a writer may have several prefixes).
+        self._key_ids: dict[int, list[int]] = {}
 
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse ``block`` with its ``index``; return the number of its last line."""
@@ -104,6 +106,9 @@ class FastPath:
             self._bk = None
             return
         self._streams = [self._key_stream(key) for key in index.key_table]
+        self._key_ids.clear()
+        for i, stream in enumerate(self._streams):
+            self._key_ids.setdefault(id(stream), []).append(i)
         self._keys = index.keys
         self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING)
 
@@ -172,7 +177,7 @@ class FastPath:
         if lines is None:
             assert self._bk is not None
             bk = self._bk
-            parts = [bk.lines_of(i) for i, s in enumerate(self._streams) if s is stream]
+            parts = [bk.lines_of(i) for i in self._key_ids[id(stream)]]
             lines = parts[0] if len(parts) == 1 else sorted(j for part in parts for j in part)
             self._by_stream[id(stream)] = lines
         return lines
@@ -367,9 +372,8 @@ class FastPath:
         first = self._taken.get(id(stream), 0)
         self._taken[id(stream)] = upto
         picked: list[int] = []
-        for i, s in enumerate(self._streams):
-            if s is stream:
-                picked.extend(keys.tail(i, first, upto))
+        for i in self._key_ids.get(id(stream), ()):
+            picked.extend(keys.tail(i, first, upto))
         if not picked:
             return
         picked.sort()
