@@ -252,9 +252,10 @@ def compare(layouts: list[Layout], baseline: Path, repeat: int) -> None:
     base_env = {**env, "PYTHONPATH": str(baseline.resolve())}
     print(
         "| layout | MB | grep -cE s | before s | after s | x grep before | x grep after "
-        "| before CPU s | after CPU s | before RSS MiB | after RSS MiB | same JSON |"
+        "| before CPU s | after CPU s | before RSS MiB | after RSS MiB | per-line path "
+        "before / after | same JSON |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for layout in layouts:
         mb = size_of(layout.path) / 1e6
         grep = ["grep", "-cE", PATTERN, *(["-r"] if layout.path.is_dir() else []), str(layout.path)]
@@ -268,12 +269,25 @@ def compare(layouts: list[Layout], baseline: Path, repeat: int) -> None:
         cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
         rss = {k: max(r[2] for r in v) for k, v in runs.items()}
         same = runs["b"][-1][3] == runs["a"][-1][3]
+        share = ""
+        if layout.name in MIX_LAYOUTS:
+            share = f"{_share_in(layout.path, base_env)} / {_share_in(layout.path, env)}"
         print(
             f"| {layout.name} | {mb:.0f} | {wall['g']:.2f} | {wall['b']:.2f} | {wall['a']:.2f} "
             f"| {wall['b'] / wall['g']:.1f} | {wall['a'] / wall['g']:.1f} | {cpu['b']:.2f} "
-            f"| {cpu['a']:.2f} | {rss['b']} | {rss['a']} | {'yes' if same else 'NO'} |",
+            f"| {cpu['a']:.2f} | {rss['b']} | {rss['a']} | {share} | {'yes' if same else 'NO'} |",
             flush=True,
         )
+
+
+def _share_in(path: Path, env: dict[str, str]) -> str:
+    """:func:`per_line_share` of ``path``, run by the crashlens ``env`` imports."""
+    code = f"import run; print(format(run.per_line_share(run.Path({str(path)!r})), '.2%'))"
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=here, capture_output=True, check=True
+    )
+    return out.stdout.decode().strip()
 
 
 def _cpu_timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
