@@ -94,6 +94,8 @@ def test_scanner_markers_index_blocks_as_the_python_searches_do() -> None:
         b"step 1\n" * 3000 + b"[rank3]: x\n" + b"[INFO] y\n",
         b"[2024-05-01 01:00:00] INFO x\n" * 3000 + b"host:1:2 [0] NCCL INFO y\n",
         b"2024-05-01T01:00:00Z [rank1]: x NCCL \n" * 3000,
+        b"a\n" * 3000 + b"[INFO] z\n" + b"b\n" * 3000 + b"[rank2]: y\n" + b"c\n" * 99,
+        b"[rank0]: a\n" + b"b\n" * 5000,
     ]
     for data in (*logs, *made):
         block = data if data.endswith(b"\n") else data + b"\n"

@@ -201,24 +201,37 @@ class PrefixKeys:
         #: Whether :data:`PREFIX_MARKER` finds every line this style can prefix.
         self.marked = not style.stamped
 
-    def single(self, block: bytes, start: int, end: int, marked: bool | None = None) -> bool:
-        """Whether no line of ``block[start:end]`` carries a prefix (one writer); ``marked``:
-        whether a scan of the same bytes found :data:`PREFIX_MARKER` (None: not known)."""
+    def single(self, block: bytes, start: int, end: int, mark: int | None = None) -> bool:
+        """Whether no line of ``block[start:end]`` carries a prefix (one writer); ``mark``:
+        where a scan of the same bytes first found :data:`PREFIX_MARKER` (-1: nowhere; None:
+        not known)."""
         if self.every_line:
             return False
         first = self._first.match(block, start, end)
         if first is not None and first.end(1) > first.start(1):
             return False
-        if marked is False and self.marked:
-            return True
-        return self._any.search(block, start, end) is None
+        return self._any.search(block, self._after(start, end, mark), end) is None
 
-    def keys(self, block: bytes, start: int, end: int, lines: int | None = None) -> list[bytes]:
+    def _after(self, start: int, end: int, mark: int | None) -> int:
+        """Where a search for a prefixed line after the first may begin (see :meth:`single`):
+        at the first :data:`PREFIX_MARKER`, which every such line of this style starts with."""
+        if mark is None or not self.marked:
+            return start
+        return max(start, mark) if mark >= 0 else end
+
+    def keys(
+        self,
+        block: bytes,
+        start: int,
+        end: int,
+        lines: int | None = None,
+        mark: int | None = None,
+    ) -> list[bytes]:
         """The key of each whole line of ``block[start:end]`` (which ends with a newline;
-        ``lines``: its number of lines, when known)."""
+        ``lines``: its number of lines, when known; ``mark``: as for :meth:`single`)."""
         first = self._first.match(block, start, end)
         if not self.every_line and not self._dense(block, start, end):
-            return self._sparse_keys(block, start, end, first, lines)
+            return self._sparse_keys(block, start, end, first, lines, mark)
         # No prefix but those the sparse search finds can match here (a key never spans
         # lines): the same keys, by one match per line.
         keys: list[bytes] = self._rest.findall(block, start, end - 1)
@@ -244,6 +257,7 @@ class PrefixKeys:
         end: int,
         first: re.Match[bytes] | None,
         lines: int | None,
+        mark: int | None = None,
     ) -> list[bytes]:
         """:meth:`keys` when only some lines can carry a prefix (no srun or pdsh label on
         every line): every line's key is empty but the lines a prefix starts, found by one
@@ -253,7 +267,7 @@ class PrefixKeys:
         if first is not None and keys:
             keys[0] = first.group(1)
         line, counted = 0, start
-        for m in self._any.finditer(block, start, end - 1):
+        for m in self._any.finditer(block, self._after(start, end - 1, mark), end - 1):
             newline = m.start()
             line += block.count(b"\n", counted, newline + 1)
             counted = newline + 1

@@ -37,6 +37,8 @@ class BlockIndex:
 
 #: What the scanner reports the first of, besides the triggers (see :func:`scanner_markers`).
 NCCL_MARK = b" NCCL "
+#: What :data:`~crashlens.ingest.prefixes.PREFIX_MARKER` matches (a newline, then ``[``).
+PREFIX_MARK = b"\n["
 
 
 def scanner_markers() -> tuple[bytes, ...]:
@@ -50,14 +52,14 @@ def scanner_markers() -> tuple[bytes, ...]:
 def index_block(block: bytes, scanner: TriggerScanner, prefixes: PrefixKeys) -> BlockIndex:
     """Index ``block`` (whole lines, ending with a newline)."""
     starts, marks = scanner.scan(block)
-    nccl = marked = None
+    nccl = mark = None
     if marks is not None and len(marks) == 2:
         nccl = marks[0] - len(NCCL_MARK) if marks[0] >= 0 else -1
-        marked = marks[1] >= 0
+        mark = marks[1] - len(PREFIX_MARK) if marks[1] >= 0 else -1
     lines, trigger_lines = line_numbers(block, starts)
-    if prefixes.single(block, 0, len(block), marked):
+    if prefixes.single(block, 0, len(block), mark):
         return BlockIndex(lines, tuple(starts), tuple(trigger_lines), nccl=nccl)
-    keys = prefixes.keys(block, 0, len(block), lines)
+    keys = prefixes.keys(block, 0, len(block), lines, mark)
     table = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     ids = array("I", map(table.__getitem__, keys))
     return BlockIndex(lines, tuple(starts), tuple(trigger_lines), ids, tuple(table), nccl)
