@@ -26,6 +26,14 @@ warning-heavy, NCCL-INFO-heavy, retry-heavy) come as ``mix128-<mix>`` (64 ranks 
 and ``mix512-<mix>`` (64 x 8 MB, the size of tree512);
 their table adds the share of lines that took the per-line path. Their buried failure is
 rank 37's CUDA OOM too.
+
+``--baseline SRC`` times another checkout's ``src`` (put first on ``PYTHONPATH``) side by
+side, each repeat running grep, the baseline and this checkout one after the other: medians of
+wall and CPU seconds (user + system of the process tree), peak RSS, and whether the two JSON
+reports are the same byte for byte::
+
+    git worktree add /tmp/before 846dcb7
+    python benchmarks/run.py --layouts mix512-quiet,mix512-retries --baseline /tmp/before/src
 """
 
 from __future__ import annotations
@@ -157,6 +165,11 @@ def main() -> None:
         help="time a 1 KB job against a bare `python -c pass` (medians of 11 runs) and exit",
     )
     ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout's src/ to time side by side (see above) instead of the usual table",
+    )
+    ap.add_argument(
         "--differential",
         default="",
         help="layouts to also analyse line by line (slow): the report must be the same",
@@ -167,6 +180,9 @@ def main() -> None:
         startup(args.dir)
         return
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
+    if args.baseline is not None:
+        compare(layouts, args.baseline, args.repeat)
+        return
     rg = shutil.which("rg")
     lnav = shutil.which("lnav")
     print(
@@ -227,6 +243,62 @@ def main() -> None:
             failures.append(f"{name} (fast != line by line)")
     if failures:
         sys.exit(f"diagnosis differs from the buried OOM on: {', '.join(failures)}")
+
+
+def compare(layouts: list[Layout], baseline: Path, repeat: int) -> None:
+    """``--baseline``: grep, the baseline's crashlens and this one's, interleaved per repeat."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both run from their bytecode caches
+    base_env = {**env, "PYTHONPATH": str(baseline.resolve())}
+    print(
+        "| layout | MB | grep -cE s | before s | after s | x grep before | x grep after "
+        "| before CPU s | after CPU s | before RSS MiB | after RSS MiB | per-line path "
+        "before / after | same JSON |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for layout in layouts:
+        mb = size_of(layout.path) / 1e6
+        grep = ["grep", "-cE", PATTERN, *(["-r"] if layout.path.is_dir() else []), str(layout.path)]
+        cmd = [sys.executable, "-m", "crashlens", "analyze", str(layout.path), "-f", "json"]
+        runs: dict[str, list[tuple[float, float, int, str]]] = {"g": [], "b": [], "a": []}
+        for _ in range(repeat):
+            runs["g"].append(_cpu_timed(grep, env))
+            runs["b"].append(_cpu_timed(cmd, base_env))
+            runs["a"].append(_cpu_timed(cmd, env))
+        wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
+        cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+        rss = {k: max(r[2] for r in v) for k, v in runs.items()}
+        same = runs["b"][-1][3] == runs["a"][-1][3]
+        share = ""
+        if layout.name in MIX_LAYOUTS:
+            share = f"{_share_in(layout.path, base_env)} / {_share_in(layout.path, env)}"
+        print(
+            f"| {layout.name} | {mb:.0f} | {wall['g']:.2f} | {wall['b']:.2f} | {wall['a']:.2f} "
+            f"| {wall['b'] / wall['g']:.1f} | {wall['a'] / wall['g']:.1f} | {cpu['b']:.2f} "
+            f"| {cpu['a']:.2f} | {rss['b']} | {rss['a']} | {share} | {'yes' if same else 'NO'} |",
+            flush=True,
+        )
+
+
+def _share_in(path: Path, env: dict[str, str]) -> str:
+    """:func:`per_line_share` of ``path``, run by the crashlens ``env`` imports."""
+    code = f"import run; print(format(run.per_line_share(run.Path({str(path)!r})), '.2%'))"
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=here, capture_output=True, check=True
+    )
+    return out.stdout.decode().strip()
+
+
+def _cpu_timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """:func:`timed`, with the CPU seconds (user + system) of the command's process tree."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, rss, out = timed(cmd, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rss, out
 
 
 def startup(root: Path, runs: int = 11) -> None:

@@ -75,6 +75,46 @@ def test_every_scanner_backend_finds_the_same_lines() -> None:
     }
 
 
+def test_scanner_markers_index_blocks_as_the_python_searches_do() -> None:
+    """The first NCCL line and a possibly prefixed line, reported by Hyperscan in the trigger
+    scan, index every block as ``bytes.find`` and :meth:`PrefixKeys.single` alone do."""
+    from crashlens.ingest.prefixes import PrefixStyle, key_pattern
+    from crashlens.parse import index_block, scanner_for
+    from crashlens.session import Session
+
+    base = scanner_for(Session.configured().matcher)
+    assert base is not None and base.markers
+    if "hyperscan" not in available_backends():
+        pytest.skip("Hyperscan is not installed")
+    engines = [TriggerScanner(*base.literals, backend=b) for b in available_backends()]
+    marked = TriggerScanner(*base.literals, markers=base.markers, backend="hyperscan")
+    logs = [p.read_bytes() for p in sorted(FIXTURES.rglob("*.log"))]
+    made = [
+        b"[rank3]: Traceback (most recent call last)\n" + b"step 1\n" * 3000,
+        b"step 1\n" * 3000 + b"[rank3]: x\n" + b"[INFO] y\n",
+        b"[2024-05-01 01:00:00] INFO x\n" * 3000 + b"host:1:2 [0] NCCL INFO y\n",
+        b"2024-05-01T01:00:00Z [rank1]: x NCCL \n" * 3000,
+        b"a\n" * 3000 + b"[INFO] z\n" + b"b\n" * 3000 + b"[rank2]: y\n" + b"c\n" * 99,
+        b"[rank0]: a\n" + b"b\n" * 5000,
+    ]
+    for data in (*logs, *made):
+        block = data if data.endswith(b"\n") else data + b"\n"
+        for style in (PrefixStyle(), PrefixStyle(stamped=True), PrefixStyle(srun=True)):
+            prefixes = key_pattern(style)
+            want = index_block(block, marked, prefixes)
+            first = block.find(b" NCCL ")
+            assert want.nccl == first
+            for engine in engines:
+                got = index_block(block, engine, prefixes)
+                assert got.nccl is None
+                assert (got.lines, got.triggers, got.trigger_lines) == (
+                    want.lines,
+                    want.triggers,
+                    want.trigger_lines,
+                )
+                assert (got.keys, got.key_table) == (want.keys, want.key_table)
+
+
 class Trickle:
     """A stream handing out at most 64 KiB per read, like a pipe or a slow disk."""
 

@@ -32,6 +32,7 @@ from crashlens.config import Config
 from crashlens.errors import NoInputError
 from crashlens.ingest.discover import Candidate, attribute, discover
 from crashlens.ingest.flight import DumpRefused, looks_like_dump, rank_of, read_dump
+from crashlens.ingest.memory import FrozenHeap, keep_freed_blocks
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern
 from crashlens.ingest.read import NotText, Tolerant, compressed, open_binary
 from crashlens.match import Facts, match
@@ -148,13 +149,17 @@ class ForkRunner:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        keep_freed_blocks()  # before the fork: the workers read most of the blocks
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(
-            max_workers=self.workers,
-            mp_context=context,
-            initializer=_worker_init,
-            initargs=(session,),
-        ) as pool:
+        with (
+            FrozenHeap() as heap,  # before the fork too: the workers inherit it frozen
+            ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=context,
+                initializer=_worker_init,
+                initargs=(session,),
+            ) as pool,
+        ):
             pending = [
                 None if c.display == STDIN or id(c) in split else pool.submit(_worker_read, c, i)
                 for i, c in enumerate(candidates)
@@ -162,6 +167,7 @@ class ForkRunner:
             for index, (cand, future) in enumerate(zip(candidates, pending, strict=True)):
                 if future is not None:
                     read = future.result()
+                    heap.keep()
                     _report_progress(progress, read, 0)
                     yield read
                     continue
@@ -170,7 +176,9 @@ class ForkRunner:
                     if id(cand) in split
                     else None
                 )
-                yield session.read_candidate(cand, index, progress, indexer)
+                read = session.read_candidate(cand, index, progress, indexer)
+                heap.keep()
+                yield read
 
 
 def _can_fork() -> bool:

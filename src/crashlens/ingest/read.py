@@ -147,8 +147,12 @@ def _text_encoding(head: bytes) -> str:
     return "utf-8"
 
 
+#: Control bytes no text has (tab, newline, vertical tab, form feed, carriage return are fine).
+_CONTROL = bytes((*range(9), *range(14, 32)))
+
+
 def _control_ratio(data: bytes) -> float:
-    return sum(1 for b in data if b < 9 or 13 < b < 32) / max(1, len(data))
+    return (len(data) - len(data.translate(None, _CONTROL))) / max(1, len(data))
 
 
 def nul_runs(data: bytes) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from crashlens.ingest.prefixes import PrefixStyle, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.model import FileResult, Source
-from crashlens.parse.index import BlockIndex, index_block
+from crashlens.parse.index import BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
 from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
@@ -40,7 +40,8 @@ def scanner_for(matcher: LineMatcher | LineIndex) -> TriggerScanner | None:
     """The fast-path scanner for a rule set, or None when a detector must see every line."""
     if matcher.always:
         return None
-    return TriggerScanner([*matcher.by_literal, *STRUCTURAL_TRIGGERS], matcher.by_literal_ci)
+    triggers = [*matcher.by_literal, *STRUCTURAL_TRIGGERS]
+    return TriggerScanner(triggers, matcher.by_literal_ci, markers=scanner_markers())
 
 
 def fast_path_ok(source: Source, encoding: str, scanner: TriggerScanner | None) -> bool:
@@ -81,8 +82,7 @@ def parse_binary(
         lines = iter_lines(stream, encoding, head=head)
         return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
     assert scanner is not None
-    head_lines = head[: head.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
-    sample = head_lines[:SNIFF_LINES]
+    sample = _head_lines(head)
     style = sniff_style(sample) if sample else PrefixStyle()
     parser = FileParser(
         source, rules, matcher, year=year, style=style, tb_ids=tb_ids, ceiling=ceiling
@@ -97,6 +97,18 @@ def parse_binary(
         if progress is not None:
             progress(len(block))
     return parser.close()
+
+
+def _head_lines(head: bytes) -> list[str]:
+    """The first :data:`SNIFF_LINES` whole lines of ``head``, decoded only as far as they go
+    (the lines before a newline split the same in any longer text)."""
+    cut = -1
+    for _ in range(SNIFF_LINES):
+        cut = head.find(b"\n", cut + 1)
+        if cut < 0:
+            cut = head.rfind(b"\n")
+            break
+    return head[: cut + 1].decode("utf-8", "replace").splitlines()[:SNIFF_LINES]
 
 
 def scan_block(parser: FileParser, scanner: TriggerScanner, block: bytes, lineno: int) -> int:

@@ -42,7 +42,9 @@ class LineParser(Protocol):
     def glance(self, stream: Stream, raw: bytes, lineno: int) -> None: ...
     def default_stream(self) -> Stream: ...
     def stream_of(self, rank: int | None, local: int | None, host: str | None) -> Stream: ...
-    def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None: ...
+    def skip(
+        self, block: bytes, start: int, end: int, count: int, last_lineno: int, nccl: int | None
+    ) -> None: ...
     def repeats(self, header: bytes) -> list[Repeat] | None: ...
     def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]: ...
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
@@ -57,6 +59,8 @@ class FastPath:
         # The block being taken, for demultiplexed blocks only.
         self._block = b""
         self._base = 0
+        #: The block's first NCCL line (:attr:`BlockIndex.nccl`).
+        self._nccl: int | None = None
         self._streams: list[Stream] = []
         #: The block's key ids per line (None when no line has a prefix), and the same ids
         #: for reading one at a time.
@@ -71,6 +75,8 @@ class FastPath:
         self._replayed: set[int] = set()
         self._replayed_heap: list[int] = []
         self._by_stream: dict[int, list[int]] = {}
+        #: Per stream (by id), its key ids in the block (a writer may have several prefixes).
+        self._key_ids: dict[int, list[int]] = {}
 
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse ``block`` with its ``index``; return the number of its last line."""
@@ -95,11 +101,14 @@ class FastPath:
         return lineno
 
     def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
-        self._block, self._base = block, lineno
+        self._block, self._base, self._nccl = block, lineno, index.nccl
         if index.keys is None:
             self._bk = None
             return
         self._streams = [self._key_stream(key) for key in index.key_table]
+        self._key_ids.clear()
+        for i, stream in enumerate(self._streams):
+            self._key_ids.setdefault(id(stream), []).append(i)
         self._keys = index.keys
         self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING)
 
@@ -168,7 +177,7 @@ class FastPath:
         if lines is None:
             assert self._bk is not None
             bk = self._bk
-            parts = [bk.lines_of(i) for i, s in enumerate(self._streams) if s is stream]
+            parts = [bk.lines_of(i) for i in self._key_ids[id(stream)]]
             lines = parts[0] if len(parts) == 1 else sorted(j for part in parts for j in part)
             self._by_stream[id(stream)] = lines
         return lines
@@ -196,13 +205,13 @@ class FastPath:
                     parser.glance(stream, block[probed:stop], lineno + n + 1)
                     probed, n = stop + 1, n + 1
                 stream.lines -= n  # skip counts them
-                parser.skip(block, start, probed, n, lineno + n)
+                parser.skip(block, start, probed, n, lineno + n, self._nccl)
                 start, lineno, count = probed, lineno + n, count - n
                 continue
             start, lineno = parser.feed_bytes(block, start, lineno, quiet=True)
             count -= 1
         if start < end:
-            parser.skip(block, start, end, count, lineno + count)
+            parser.skip(block, start, end, count, lineno + count, self._nccl)
             lineno += count
         return lineno
 
@@ -265,7 +274,7 @@ class FastPath:
                 self.pending[id(stream)] = stream
                 if not stream.pids and stream.pid_budget > 0:
                     if nccl is None:  # one scan of the range for every writer that hunts
-                        nccl = self._nccl_lines(block, start, end, line)
+                        nccl = self._nccl_lines(block, start, end, line, self._nccl)
                     self._hunt_pid(stream, i, block, nccl, count)
         return lineno + n
 
@@ -280,11 +289,16 @@ class FastPath:
         return out
 
     @staticmethod
-    def _nccl_lines(block: bytes, start: int, end: int, line: int) -> list[tuple[int, int, int]]:
+    def _nccl_lines(
+        block: bytes, start: int, end: int, line: int, first: int | None
+    ) -> list[tuple[int, int, int]]:
         """The NCCL lines of ``block[start:end]`` (whose first line is the block's ``line``):
-        (line index in the block, start, end)."""
-        out = []
-        at = block.find(b" NCCL ", start, end)
+        (line index in the block, start, end). ``first``: the block's first (-1: none, None:
+        not known)."""
+        out: list[tuple[int, int, int]] = []
+        if first is not None and (first < 0 or first >= end):
+            return out
+        at = block.find(b" NCCL ", max(start, first or 0), end)
         counted, lines = start, line
         while at >= 0:
             line_start = block.rfind(b"\n", start, at) + 1 or start
@@ -340,14 +354,14 @@ class FastPath:
             first = self._taken.get(id(stream), 0)
             picked.setdefault(id(stream), []).extend(keys.tail(i, first, None))
         block, base, style = self._block, self._base, self.parser.style
+        ends = keys.ends()
         for key, lines in picked.items():
             if not lines:
                 continue
             lines.sort()
-            tail = []
-            for j in lines[-RING:]:
-                begin, finish = keys.span(j)
-                tail.append((base + j + 1, block[begin:finish]))
+            tail = [
+                (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines[-RING:]
+            ]
             self.pending[key].ring.extend_raw(tail, style)
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
@@ -358,15 +372,13 @@ class FastPath:
         first = self._taken.get(id(stream), 0)
         self._taken[id(stream)] = upto
         picked: list[int] = []
-        for i, s in enumerate(self._streams):
-            if s is stream:
-                picked.extend(keys.tail(i, first, upto))
+        for i in self._key_ids.get(id(stream), ()):
+            picked.extend(keys.tail(i, first, upto))
         if not picked:
             return
         picked.sort()
-        block, base = self._block, self._base
-        tail = []
-        for j in picked[-RING:]:
-            begin, finish = keys.span(j)
-            tail.append((base + j + 1, block[begin:finish]))
+        block, base, ends = self._block, self._base, keys.ends()
+        tail = [
+            (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in picked[-RING:]
+        ]
         stream.ring.extend_raw(tail, self.parser.style)

@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from crashlens import facts
@@ -80,8 +80,12 @@ class TriggerScanner:
         literals: Iterable[str],
         literals_ci: Iterable[str] = (),
         backend: str | None = None,
+        markers: Sequence[bytes] = (),
     ) -> None:
         exact = sorted(set(literals), key=len, reverse=True)
+        #: Patterns (bytes regexes, ``^`` at any line start) whose first match in a block
+        #: :meth:`scan` reports without making its line a trigger (Hyperscan only).
+        self.markers = tuple(markers)
         folded = sorted(set(literals_ci))
         #: What it was built from (to build the same scanner on another engine).
         self.literals = (tuple(exact), tuple(folded))
@@ -105,7 +109,7 @@ class TriggerScanner:
         exact, folded = (list(x) for x in self.literals)
         module = importlib.import_module(self.backend)
         if self.backend == "hyperscan":
-            self._hs = _hyperscan_db(module, exact, folded)
+            self._hs = _hyperscan_db(module, exact, folded, self.markers)
         else:
             parts = [re.escape(lit) for lit in exact]
             parts += [f"(?i:{re.escape(lit)})" for lit in folded]
@@ -114,14 +118,20 @@ class TriggerScanner:
 
     def line_starts(self, block: bytes) -> list[int]:
         """Sorted, unique start offsets of the lines holding a trigger."""
+        return self.scan(block)[0]
+
+    def scan(self, block: bytes) -> tuple[list[int], list[int] | None]:
+        """:meth:`line_starts`, and for each of :attr:`markers` the end offset of its first
+        match in ``block`` (-1: none) in the same pass; None where the engine does not
+        look for markers (the caller looks itself)."""
         if not self._compiled:
             work = (len(block) + 256) * (len(self.literals[0]) + len(self.literals[1]))
             if self._find is not None and len(block) <= SMALL_BLOCK and work <= self._find_left:
                 self._find_left -= work
-                return _find_line_starts(block, *self._find)
+                return _find_line_starts(block, *self._find), None
             self._compile()
         if self._hs is not None:
-            return self._hs_line_starts(block)
+            return self._hs_scan(block)
         starts: list[int] = []
         last = -1
         for m in self.pattern.finditer(block):
@@ -129,11 +139,13 @@ class TriggerScanner:
             if start != last:
                 starts.append(start)
                 last = start
-        return starts
+        return starts, None
 
-    def _hs_line_starts(self, block: bytes) -> list[int]:
+    def _hs_scan(self, block: bytes) -> tuple[list[int], list[int]]:
         ends: list[int] = []
-        self._hs.scan(block, match_event_handler=_collect, context=ends)
+        marks = [-1] * len(self.markers)
+        context = (ends, marks, len(self.literals[0]) + len(self.literals[1]))
+        self._hs.scan(block, match_event_handler=_collect, context=context)
         ends.sort()
         starts: list[int] = []
         line_end = -1
@@ -145,7 +157,7 @@ class TriggerScanner:
             if line_end < 0:
                 line_end = len(block)
             starts.append(start)
-        return starts
+        return starts, marks
 
 
 def _find_line_starts(block: bytes, exact: list[bytes], folded: list[bytes]) -> list[int]:
@@ -164,13 +176,23 @@ def _find_line_starts(block: bytes, exact: list[bytes], folded: list[bytes]) -> 
     return sorted(starts)
 
 
-def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
-    ends.append(end)
+def _collect(
+    id_: int, _start: int, end: int, _flags: int, context: tuple[list[int], list[int], int]
+) -> None:
+    ends, marks, triggers = context
+    if id_ < triggers:
+        ends.append(end)
+    else:
+        marks[id_ - triggers] = end  # reported once (HS_FLAG_SINGLEMATCH): the first
 
 
-def _hyperscan_db(hyperscan: Any, exact: list[str], folded: list[str]) -> Any:
+def _hyperscan_db(
+    hyperscan: Any, exact: list[str], folded: list[str], markers: Sequence[bytes] = ()
+) -> Any:
     expressions = [re.escape(lit).encode("utf-8") for lit in (*exact, *folded)]
     flags = [0] * len(exact) + [hyperscan.HS_FLAG_CASELESS] * len(folded)
+    expressions += markers
+    flags += [hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_SINGLEMATCH] * len(markers)
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(
         expressions=expressions,
@@ -202,17 +224,22 @@ def iter_blocks(stream: Readable, head: bytes = b"") -> Iterator[bytes]:
                 continue
             chunk = chunk[nl + 1 :]
             dropping = False
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
+        cut = chunk.rfind(b"\n")  # the carry has none
         if cut < 0:
+            data = carry + chunk
             if len(data) > MAX_CARRY:
                 yield data[:MAX_LINE_BYTES] + b"\n"
                 carry, dropping = b"", True
             else:
                 carry = data
             continue
-        yield data[: cut + 1]
-        carry = data[cut + 1 :]
+        block = chunk
+        if carry or cut + 1 < len(chunk):
+            # One copy of the block's bytes, not two (joined, then cut).
+            with memoryview(chunk) as view:
+                block = b"".join((carry, view[: cut + 1]))
+        carry = chunk[cut + 1 :]
+        yield block
     if carry and not dropping:
         yield carry + b"\n"
 

@@ -99,11 +99,22 @@ class Ring:
         for i in range(len(self._lines) - 1, -1, -1):
             yield self._line(i)
 
+    def before(self, lineno: int) -> Iterator[tuple[int, str]]:
+        """The lines before line ``lineno``, newest first (later ones are not decoded)."""
+        lines = self._lines
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i][0] < lineno:
+                yield self._line(i)
+
     def __len__(self) -> int:
         return len(self._lines)
 
     def __getitem__(self, index: int) -> tuple[int, str]:
         return self._line(index)
+
+
+#: Bytes before a quiet range's end split at once for its last lines (:meth:`remember_tail`).
+TAIL_WINDOW = 8192
 
 
 @dataclass(slots=True)
@@ -226,15 +237,23 @@ class Stream:
         self, block: bytes, start: int, end: int, count: int, last_lineno: int, style: PrefixStyle
     ) -> None:
         """Keep the last ``count`` of the quiet lines ``block[start:end]`` in the ring."""
-        tail_start = end - 1
-        for _ in range(count):
-            tail_start = block.rfind(b"\n", start, tail_start)
-            if tail_start < 0:
-                tail_start = start - 1
-                break
-        lines = block[max(tail_start + 1, start) : end - 1].split(b"\n")
+        stop = end - 1
+        low = max(start, stop - TAIL_WINDOW)
+        if low == start:
+            lines = block[start:stop].split(b"\n")[-count:]
+        else:
+            # Split the window the last lines usually fit in: ``count`` newlines in it.
+            lines = block[low:stop].rsplit(b"\n", count)[1:]
+            if len(lines) < count:  # longer lines: walk back to the start of the tail
+                tail_start = stop
+                for _ in range(count):
+                    tail_start = block.rfind(b"\n", start, tail_start)
+                    if tail_start < 0:
+                        tail_start = start - 1
+                        break
+                lines = block[tail_start + 1 : stop].split(b"\n")
         first = last_lineno - len(lines) + 1
-        self.ring.extend_raw(((first + i, line) for i, line in enumerate(lines)), style)
+        self.ring.extend_raw(zip(range(first, last_lineno + 1), lines, strict=True), style)
 
     def learn_pid(self, raw: bytes) -> bool:
         """Take the host and pid of an NCCL line; whether it had them."""
@@ -247,11 +266,10 @@ class Stream:
 
     def last_step(self, before: int) -> int | None:
         """The number of the last ``step N`` line before line ``before``, if still in view."""
-        for lineno, text in reversed(self.ring):
-            if lineno < before:
-                m = STEP.search(text)
-                if m:
-                    return int(m["n"])
+        for _, text in self.ring.before(before):
+            m = STEP.search(text)
+            if m:
+                return int(m["n"])
         return None
 
     def verdicts(self) -> Iterator[tuple[DoneTraceback, bool, bool]]:

@@ -436,8 +436,17 @@ class FileParser:
             stream.rank = rank
         return stream
 
-    def skip(self, block: bytes, start: int, end: int, count: int, last_lineno: int) -> None:
-        """Account for ``count`` quiet lines ``block[start:end]`` ending at ``last_lineno``.
+    def skip(
+        self,
+        block: bytes,
+        start: int,
+        end: int,
+        count: int,
+        last_lineno: int,
+        nccl: int | None = None,
+    ) -> None:
+        """Account for ``count`` quiet lines ``block[start:end]`` ending at ``last_lineno``;
+        ``nccl``: where the block's first NCCL line is (-1: none, None: not known).
 
         Only what later stages can ask about is kept: line counts, the last lines (evidence
         context, timestamps to inherit, the rank's last words) and one NCCL pid.
@@ -448,8 +457,8 @@ class FileParser:
         self.lines += count
         stream.lines += count
         self.last_lineno = last_lineno
-        if not stream.pids:
-            at = block.find(b" NCCL ", start, end)
+        if not stream.pids and (nccl is None or 0 <= nccl < end):
+            at = block.find(b" NCCL ", max(start, nccl or 0), end)
             if at >= 0:
                 line_start = block.rfind(b"\n", start, at) + 1 or start
                 line_end = block.find(b"\n", at, end)

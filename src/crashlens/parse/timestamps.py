@@ -76,13 +76,19 @@ def _zone(text: str | None) -> int:
     return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
 
 
-@functools.lru_cache(maxsize=4096)
 def _wall(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
     if not (1970 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60):
         return None
     if s >= 62:
         return None
-    return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
+    # calendar.timegm's arithmetic, with the month's first day looked up once.
+    return float((((_month_days(y, mo) + d - 1) * 24 + h) * 60 + mi) * 60 + s)
+
+
+@functools.lru_cache(maxsize=4096)
+def _month_days(y: int, mo: int) -> int:
+    """Days from the epoch to the first of month ``mo`` of year ``y``."""
+    return calendar.timegm((y, mo, 1, 0, 0, 0, 0, 0, 0)) // 86400
 
 
 def parse_timestamp(text: str, year: int) -> Stamp | None:
@@ -127,10 +133,11 @@ def _dated(m: re.Match[str] | None) -> Stamp | None:
     """A full date and time (``y mo d h mi s`` groups, optional ``f`` and zone ``z``)."""
     if not m:
         return None
-    value = _wall(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+    y, mo, d, h, mi, s = m.group("y", "mo", "d", "h", "mi", "s")
+    value = _wall(int(y), int(mo), int(d), int(h), int(mi), int(s))
     if value is None:
         return None
-    zone = m.groupdict().get("z")
+    zone = m["z"] if "z" in m.re.groupindex else None
     return Stamp(value + _frac(m["f"]) - _zone(zone))
 
 
