@@ -43,3 +43,10 @@ def test_the_rewrite_really_rewrites(tmp_path: Path) -> None:
     copy = metamorphic.rewrite(case.path, tmp_path / "x", metamorphic.TRANSFORMS["indent4"])
     lines = [x for p in copy.iterdir() for x in p.read_text().split("\n") if x]
     assert lines and all(x.startswith("    ") for x in lines)
+
+
+def test_doubled_line_breaks_keep_a_message_whole(tmp_path: Path) -> None:
+    # bfs18/e2_tts#21: the wrapped error's message goes on after a line break; doubled, a blank
+    # line would end it there
+    (case,) = [c for c in RIGHT if c.id == "bfs18-e2_tts-21"]
+    assert metamorphic.changed([case], "double_spaced", RULES, tmp_path) == []

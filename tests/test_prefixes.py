@@ -203,3 +203,12 @@ def test_labels_before_an_indented_header_are_not_glued_text() -> None:
         "stderr:   Traceback (most recent call last):",
     ):
         assert split_glued(line) == (line,)
+
+
+def test_a_paste_with_doubled_line_breaks_is_read_without_them() -> None:
+    doubled = ["Traceback (most recent call last):", "", '  File "t.py", line 1', "", "    f()"]
+    doubled += ["", "E: x", ""]
+    assert sniff_style(doubled).double_spaced
+    # a log's own blank lines here and there, or too few lines to tell: not doubled
+    assert not sniff_style(["a", "", "b", "c", "", "d", ""]).double_spaced
+    assert not sniff_style(["a", "", "b", ""]).double_spaced

@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from crashlens import lazyre
 
@@ -68,13 +69,18 @@ class PrefixStyle:
     #: Leading spaces every line of the file's head carries: the file is a paste indented as
     #: a block (a list item, a quote), removed before anything else is read.
     margin: str = ""
+    #: Every line of the head is followed by a blank one: a paste that doubled its line
+    #: breaks (a web page's copy, CRLF read twice); the blank lines are not the log's.
+    double_spaced: bool = False
 
 
 def sniff_style(head: Iterable[str]) -> PrefixStyle:
     """Decide which ambiguous prefix styles a file uses from its first lines."""
-    lines = [line for line in head if line.strip()]
+    raw = list(head)
+    lines = [line for line in raw if line.strip()]
     if not lines:
         return PrefixStyle()
+    doubled = _double_spaced(raw)
     margin = _common_margin(lines)
     if margin:
         lines = [line[len(margin) :] for line in lines]
@@ -98,7 +104,17 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
         pdsh=pdsh_hits >= 0.6 * len(lines),
         stamped=stamped,
         margin=margin,
+        double_spaced=doubled,
     )
+
+
+def _double_spaced(raw: list[str]) -> bool:
+    """Whether text and blank lines alternate through ``raw`` (at least 4 lines of text, each
+    but the last followed by exactly one blank line)."""
+    text = [i for i, line in enumerate(raw) if line.strip()]
+    if len(text) < 4:
+        return False
+    return all(b - a == 2 for a, b in pairwise(text))
 
 
 def _common_margin(lines: list[str]) -> str:

@@ -112,6 +112,8 @@ class FileParser:
         """Process one physical (or ``\\r``-split) line."""
         if lineno != self._fed_at:  # tqdm's ``\r`` states of one line count once
             self.fed, self._fed_at = self.fed + 1, lineno
+        if self.style.double_spaced and not raw.strip():
+            return  # a paste's doubled line break, not a blank line of the log
         # Blanks at the end of a line are a paste's or a terminal's, never the program's words.
         for part in split_glued(strip_ansi(raw).rstrip(" \t")):
             self._feed(lineno, part)
