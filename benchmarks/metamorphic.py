@@ -45,6 +45,7 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
     "trailing_blanks": lambda line: line + "   ",
     "coloured_exception": _colour_exception,
     "rank_prefix": lambda line: "[rank0]: " + line,
+    "indented_rank_prefix": lambda line: "  [rank0]: " + line,  # a torchrun console, pasted
     "srun_label": lambda line: "0: " + line,
     "mpi_tag": lambda line: "[1,0]<stderr>:" + line,
     "stamped": lambda line: "2024-05-01T03:14:00.123456789Z " + line,

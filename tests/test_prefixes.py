@@ -212,3 +212,16 @@ def test_a_paste_with_doubled_line_breaks_is_read_without_them() -> None:
     # a log's own blank lines here and there, or too few lines to tell: not doubled
     assert not sniff_style(["a", "", "b", "c", "", "d", ""]).double_spaced
     assert not sniff_style(["a", "", "b", ""]).double_spaced
+
+
+def test_the_fast_path_reads_prefixes_under_a_pasted_blocks_margin() -> None:
+    from crashlens.ingest.prefixes import key_pattern
+
+    block = b"  [rank0]: step 1\n  [rank1]: Traceback (most recent call last):\n  plain\n"
+    style = sniff_style(block.decode().splitlines())
+    assert style.margin == "  "
+    keys = key_pattern(style)
+    assert not keys.single(block, 0, len(block))
+    assert keys.keys(block, 0, len(block)) == [b"[rank0]: ", b"[rank1]: ", b""]
+    # each key names the writer strip() finds on the whole line
+    assert strip(keys.keys(block, 0, len(block))[1].decode() + "x", style)[1].rank == 1

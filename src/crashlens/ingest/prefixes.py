@@ -226,7 +226,9 @@ class PrefixKeys:
     """
 
     def __init__(self, style: PrefixStyle) -> None:
-        stamp = _B_STAMP if style.stamped else b""
+        # a pasted block's margin, then a tool's stamp, come before a launcher's prefix
+        lead = b"(?:" + re.escape(style.margin.encode()) + b")?" if style.margin else b""
+        stamp = lead + (_B_STAMP if style.stamped else b"")
         body = (
             (_B_PDSH if style.pdsh else b"")
             + (_B_SRUN if style.srun else b"")
@@ -243,7 +245,7 @@ class PrefixKeys:
         self._rest = re.compile(b"\n" + stamp + b"(" + body + b")")
         self._any = re.compile(b"\n" + stamp + _B_ANY)
         #: Whether :data:`PREFIX_MARKER` finds every line this style can prefix.
-        self.marked = not style.stamped
+        self.marked = not stamp
 
     def single(self, block: bytes, start: int, end: int, mark: int | None = None) -> bool:
         """Whether no line of ``block[start:end]`` carries a prefix (one writer); ``mark``:
