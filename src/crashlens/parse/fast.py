@@ -20,7 +20,7 @@ from bisect import bisect_left
 from typing import Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
-from crashlens.parse.index import BlockIndex
+from crashlens.parse.index import NCCL_MARK, BlockIndex, find_nccl
 from crashlens.parse.keyed import BlockKeys, block_keys
 from crashlens.parse.repeat import Repeat
 from crashlens.parse.state import RING, Stream
@@ -296,9 +296,7 @@ class FastPath:
         (line index in the block, start, end). ``first``: the block's first (-1: none, None:
         not known)."""
         out: list[tuple[int, int, int]] = []
-        if first is not None and (first < 0 or first >= end):
-            return out
-        at = block.find(b" NCCL ", max(start, first or 0), end)
+        at = find_nccl(block, start, end, first)
         counted, lines = start, line
         while at >= 0:
             line_start = block.rfind(b"\n", start, at) + 1 or start
@@ -307,7 +305,7 @@ class FastPath:
             line_end = block.find(b"\n", at, end)
             line_end = end if line_end < 0 else line_end
             out.append((lines, line_start, line_end))
-            at = block.find(b" NCCL ", line_end + 1, end)
+            at = block.find(NCCL_MARK, line_end + 1, end)
         return out
 
     def _hunt_pid(
@@ -359,10 +357,7 @@ class FastPath:
             if not lines:
                 continue
             lines.sort()
-            tail = [
-                (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines[-RING:]
-            ]
-            self.pending[key].ring.extend_raw(tail, style)
+            self.pending[key].ring.extend_raw(_numbered(block, ends, base, lines[-RING:]), style)
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
         """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""
@@ -377,8 +372,13 @@ class FastPath:
         if not picked:
             return
         picked.sort()
-        block, base, ends = self._block, self._base, keys.ends()
-        tail = [
-            (base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in picked[-RING:]
-        ]
+        tail = _numbered(self._block, keys.ends(), self._base, picked[-RING:])
         stream.ring.extend_raw(tail, self.parser.style)
+
+
+def _numbered(
+    block: bytes, ends: list[int], base: int, lines: list[int]
+) -> list[tuple[int, bytes]]:
+    """Lines ``lines`` of ``block`` (whose newlines are at ``ends``) with their file line
+    numbers (the block's first line is ``base + 1``), for a ring."""
+    return [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]

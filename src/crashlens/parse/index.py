@@ -41,6 +41,14 @@ NCCL_MARK = b" NCCL "
 PREFIX_MARK = b"\n["
 
 
+def find_nccl(block: bytes, start: int, end: int, first: int | None) -> int:
+    """Where the first `` NCCL `` of ``block[start:end]`` is (-1: none), knowing where the
+    block's first one is (:attr:`BlockIndex.nccl`; None: not known)."""
+    if first is not None and (first < 0 or first >= end):
+        return -1
+    return block.find(NCCL_MARK, max(start, first or 0), end)
+
+
 def scanner_markers() -> tuple[bytes, ...]:
     """The markers of the fast path's scanner (:attr:`TriggerScanner.markers`), in the order
     :func:`index_block` reads them: the first NCCL line (its pid, see

@@ -27,7 +27,7 @@ from crashlens.model import (
 from crashlens.parse.clock import UNTIMED_PATIENCE, Clock
 from crashlens.parse.fast import FastPath
 from crashlens.parse.hits import HitCollector, Verdicts
-from crashlens.parse.index import BlockIndex
+from crashlens.parse.index import BlockIndex, find_nccl
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.repeat import (
     MAX_REPEAT_LINE_BYTES,
@@ -459,8 +459,8 @@ class FileParser:
         self.lines += count
         stream.lines += count
         self.last_lineno = last_lineno
-        if not stream.pids and (nccl is None or 0 <= nccl < end):
-            at = block.find(b" NCCL ", max(start, nccl or 0), end)
+        if not stream.pids:
+            at = find_nccl(block, start, end, nccl)
             if at >= 0:
                 line_start = block.rfind(b"\n", start, at) + 1 or start
                 line_end = block.find(b"\n", at, end)
