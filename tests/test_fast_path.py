@@ -99,7 +99,8 @@ def test_scanner_markers_index_blocks_as_the_python_searches_do() -> None:
     ]
     for data in (*logs, *made):
         block = data if data.endswith(b"\n") else data + b"\n"
-        for style in (PrefixStyle(), PrefixStyle(stamped=True), PrefixStyle(srun=True)):
+        styles = (PrefixStyle(), PrefixStyle(stamped=True), PrefixStyle(srun=True))
+        for style in (*styles, PrefixStyle(margin="  ")):
             prefixes = key_pattern(style)
             want = index_block(block, marked, prefixes)
             first = block.find(b" NCCL ")
