@@ -1,6 +1,7 @@
 """A traceback a writer prints again and again (a retried, handled error) is parsed once and
-recognised after that (crashlens.parse.repeat): every occurrence still counts, with its own
-line and time, and is handled or fatal as the lines after it say, as on the line-by-line path."""
+recognised after that (crashlens.parse.repeat), and each handled round is folded into the
+first one (``Traceback.repeats``): one traceback stands for the retry loop, with its first line
+and time; one its writer did not survive stays its own and is fatal, on both paths alike."""
 
 from __future__ import annotations
 
@@ -86,17 +87,33 @@ def _hits(result: FileResult) -> list[tuple[str, int, float | None, bool | None,
     )
 
 
-def test_a_repeated_traceback_counts_every_time_at_its_own_line_and_time(tmp_path: Path) -> None:
+def _rounds(result: FileResult, exc_type: str) -> int:
+    return sum(1 + tb.repeats for tb in result.tracebacks if tb.final.type == exc_type)
+
+
+def test_a_retry_loop_is_one_traceback_that_counts_its_rounds(tmp_path: Path) -> None:
     retries = 300
     path = tmp_path / "rank_1.log"
     path.write_text("".join(_rank_lines(retries, seed=1)))
     fast, slow = _read(path), _read(path, fast=False)
-    resets = [tb for tb in fast.tracebacks if tb.final.type == "ConnectionResetError"]
-    assert len(resets) == retries
-    assert not any(tb.fatal for tb in resets)  # handled: the writer went on
-    times = sorted(tb.time for tb in resets if tb.time is not None)
-    assert len(times) == retries and times[0] < times[-1]
+    (resets,) = [tb for tb in fast.tracebacks if tb.final.type == "ConnectionResetError"]
+    assert resets.repeats == retries - 1 and not resets.fatal  # handled: the writer went on
+    # the first round's place: its header is the line after the first retry announcement
+    lines = path.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines, 1) if "retrying" in line)
+    announced = calendar.timegm(time.strptime(lines[first - 1][:19], "%Y-%m-%d %H:%M:%S"))
+    assert resets.start_line == first + 1
+    assert resets.time == pytest.approx(announced + 0.002)
+    # NCCL's own debug lines after a round are records of their own, not the message's
+    assert resets.final.message == "[Errno 104] Connection reset by peer"
     assert _occurrences(fast) == _occurrences(slow)
+    assert [tb.repeats for tb in fast.tracebacks] == [tb.repeats for tb in slow.tracebacks]
+    # the report's timeline has one row for the loop, saying how many more rounds it had
+    events = analyze([path], parallel=False).timeline
+    handled = events[events["kind"] == "handled_traceback"]
+    assert list(handled["text"]) == [
+        "ConnectionResetError: [Errno 104] Connection reset by peer (printed 299 more times)"
+    ]
     assert _hits(fast) == _hits(slow)
     assert [tb.text for tb in fast.tracebacks] == [tb.text for tb in slow.tracebacks]
     # Recognised, not fed: the header and the line that ends each one (or that its message
@@ -119,7 +136,9 @@ def test_repeats_in_an_interleaved_console_keep_each_rank_its_own(tmp_path: Path
     fast, slow = _read(path), _read(path, fast=False)
     assert _occurrences(fast) == _occurrences(slow)
     assert _hits(fast) == _hits(slow)
-    assert sum(tb.final.type == "ConnectionResetError" for tb in fast.tracebacks) == 4 * 60
+    assert _rounds(fast, "ConnectionResetError") == 4 * 60
+    # one traceback per rank stands for its retry loop
+    assert sum(tb.final.type == "ConnectionResetError" for tb in fast.tracebacks) == 4
     assert [tb.rank for tb in fast.tracebacks if tb.fatal] == [2]
     assert fast.fed_lines < 4 * 60 * 4, fast.fed_lines
     assert [(r.rank, r.lines) for r in fast.ranks] == [(r.rank, r.lines) for r in slow.ranks]
@@ -156,8 +175,10 @@ def test_different_tracebacks_under_the_same_header_are_told_apart(tmp_path: Pat
     path = tmp_path / "rank_1.log"
     path.write_text("".join(out))
     fast = _read(path)
-    assert [tb.final.type for tb in fast.tracebacks] == [
-        "ConnectionResetError" if n % 2 else "TimeoutError" for n in range(1, 120)
+    # two retry loops taking turns: each is one traceback counting its own rounds
+    assert sorted((tb.final.type, tb.repeats) for tb in fast.tracebacks) == [
+        ("ConnectionResetError", 59),
+        ("TimeoutError", 58),
     ]
     assert _occurrences(fast) == _occurrences(_read(path, fast=False))
     assert _hits(fast) == _hits(_read(path, fast=False))
@@ -173,6 +194,8 @@ def test_a_traceback_too_long_to_keep_is_parsed_as_any_other(tmp_path: Path) -> 
     path = tmp_path / "rank_1.log"
     path.write_text("".join(out))
     fast, slow = _read(path), _read(path, fast=False)
-    assert len(fast.tracebacks) == 59
+    # not kept as a repeat: every line of every round is fed; the rounds still fold
+    assert fast.fed_lines >= 59 * RETRIED_LINES
+    assert [tb.repeats for tb in fast.tracebacks] == [58]
     assert _occurrences(fast) == _occurrences(slow)
     assert _hits(fast) == _hits(slow)

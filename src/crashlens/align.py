@@ -410,7 +410,8 @@ def build_frame(
                 "line": final.lineno,
                 "kind": "traceback" if tb.fatal else "handled_traceback",
                 "signal": final.type,
-                "text": headline(final),
+                "text": headline(final)
+                + (f" (printed {tb.repeats} more times)" if tb.repeats else ""),
             }
         )
     for f in failures:

@@ -150,6 +150,9 @@ class Traceback:
     time: float | None
     time_inferred: bool
     fatal: bool = False
+    #: Identical tracebacks its writer printed after it, each one handled (a retry loop):
+    #: folded into this one, which stands for them all.
+    repeats: int = 0
 
     def __reduce__(self) -> _Call:
         return _constructor_call(self)

@@ -96,6 +96,7 @@ class HitCollector:
         )
         if in_tb and stream.assembler.current is not None:
             pending.tb = stream.assembler.current
+            pending.tb.line_hits = True
         if pending.stamp[0] is None:
             stream.untimed.append(stamp_setter(pending))
         self.pending.append(pending)

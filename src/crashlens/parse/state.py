@@ -146,6 +146,20 @@ class DoneTraceback:
     progressed: bool = False
     #: The last step number its writer logged before it, if the recent lines show one.
     step_before: int | None = None
+    #: Identical handled tracebacks printed after it, folded into it (:meth:`same`).
+    repeats: int = 0
+
+    def same(self, other: DoneTraceback) -> bool:
+        """Whether ``other`` prints the same traceback (its lines and exceptions; not where)."""
+        a, b = self.tb, other.tb
+        return (
+            a.text == b.text
+            and len(a.exceptions) == len(b.exceptions)
+            and all(
+                (x.type, x.message, x.frames) == (y.type, y.message, y.frames)
+                for x, y in zip(a.exceptions, b.exceptions, strict=True)
+            )
+        )
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
@@ -198,6 +212,9 @@ class Stream:
     probe_first: int = 50
     last_stamp: tuple[int, float] | None = None
     tb_done: list[DoneTraceback] = field(default_factory=list)
+    #: The newest traceback and the one of ``tb_done`` it prints again: folded into that one
+    #: once it proves handled, else kept as a traceback of its own.
+    fold: tuple[DoneTraceback, DoneTraceback] | None = None
     watch: DoneTraceback | None = None
     #: Findings with no earlier timestamp in their stream, waiting for the next one.
     untimed: list[Callable[[float], None]] = field(default_factory=list)

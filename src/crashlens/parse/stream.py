@@ -15,6 +15,7 @@ from crashlens import facts, lazyre
 from crashlens.ingest.prefixes import NO_PREFIX, PrefixStyle, key_pattern, nccl_origin, strip
 from crashlens.ingest.read import cap_line
 from crashlens.model import (
+    CUT_TRACEBACK,
     ChildFailure,
     Evidence,
     Fact,
@@ -46,6 +47,7 @@ from crashlens.parse.state import (
     DoneTraceback,
     Stream,
     StreamKey,
+    launcher_report,
     stamp_setter,
     time_setter,
 )
@@ -57,6 +59,11 @@ from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
 MAX_FACTS = 200
+#: Final exceptions a traceback is never folded into its predecessor with (each is an end).
+_NEVER_FOLDED = ("Fatal Python error", CUT_TRACEBACK)
+#: How many of a stream's newest tracebacks a new one is compared with (a retry loop whose
+#: message takes different lines after it alternates between a few).
+FOLD_WINDOW = 8
 _HOST_RANKS = lazyre.compile_regex(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 _FACT_PROBE = TriggerScanner(facts.TRIGGERS)
 _CONTENT_RANK = lazyre.compile_regex(
@@ -237,12 +244,34 @@ class FileParser:
             when, inferred = tb.stamp or self.clock.time_of(stream, tb.start_line, start_text)
             done = DoneTraceback(tb, stream.lines, when, inferred)
             done.step_before = stream.last_step(tb.start_line)
-            stream.tb_done.append(done)
+            self._settle_fold(stream)
             stream.watch = done
             if when is None:
                 stream.untimed.append(time_setter(done))
+            like = _repeated(stream, done)
+            if like is not None:
+                stream.fold = (done, like)  # a retry loop's next round, decided by what follows
+                continue
+            stream.tb_done.append(done)
             self.collector.on_traceback(stream, tb, when, inferred)
         stream.assembler.done.clear()
+
+    def _settle_fold(self, stream: Stream) -> None:
+        """Decide the traceback that repeated an earlier one: handled (its writer went on), it
+        is folded into that one, whose findings and verdict stand for both, and which takes
+        its place as the stream's newest; else it is a traceback of its own."""
+        if stream.fold is None:
+            return
+        done, like = stream.fold
+        stream.fold = None
+        if done.handled(stream.lines):
+            like.repeats += 1
+            if stream.tb_done[-1] is not like:
+                stream.tb_done.remove(like)
+                stream.tb_done.append(like)
+            return
+        stream.tb_done.append(done)
+        self.collector.on_traceback(stream, done.tb, done.time, done.inferred)
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
     def feed_bytes(
@@ -480,6 +509,7 @@ class FileParser:
         for stream in self.streams.values():
             stream.assembler.close()
             self._complete_tracebacks(stream)
+            self._settle_fold(stream)
             stream.summary.close()
             for done, fatal, handled in stream.verdicts():
                 ident = next(self.tb_ids)
@@ -570,7 +600,29 @@ def _traceback(
         time=done.time,
         time_inferred=done.inferred,
         fatal=fatal,
+        repeats=done.repeats,
     )
+
+
+def _repeated(stream: Stream, done: DoneTraceback) -> DoneTraceback | None:
+    """The recent traceback of the stream that ``done`` prints again, if its writer survived
+    it: ``done`` is then a retry loop's next round, which may be folded into it. Only a plain
+    traceback of one process is (no other process's printed among it, no launcher report, no
+    fatal error), and only when no line finding points into it."""
+    tb = done.tb
+    if (
+        tb.line_hits
+        or tb.twins
+        or tb.twin_of is not None
+        or tb.twin_exceptions
+        or tb.exceptions[-1].type in _NEVER_FOLDED
+        or launcher_report(tb)
+    ):
+        return None
+    for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
+        if like.tb.twin_of is None and not like.tb.twin_exceptions and like.same(done):
+            return like if like.handled(stream.lines) else None
+    return None
 
 
 def _failure(source: Source, entry: SummaryEntry) -> ChildFailure:

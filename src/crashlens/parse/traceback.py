@@ -48,6 +48,10 @@ _RECORD_START = lazyre.compile_regex(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
 )
+#: An NCCL debug line (``host:pid:tid [dev] NCCL INFO ...``): NCCL's own record, never the
+#: continuation of a Python exception's message (it may sit among a traceback's frames, where
+#: another process's output interleaves).
+_NCCL_RECORD = lazyre.compile_regex(r"[\w\-.]+:\d+:\d+ \[\d+\] NCCL ")
 #: Lines a rich, IPython or faulthandler block may take before it is closed regardless.
 MAX_TB_LINES = 2000
 MAX_TEXT_LINES = 400
@@ -88,6 +92,8 @@ class PartialTraceback:
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
     noise: int = 0
+    #: A line detector found something on one of its lines (the finding points at it).
+    line_hits: bool = False
     #: The last line was a ``File ...`` line: the next indented one is its source line.
     code_next: bool = False
     #: Time of the header line (own or inferred), fixed when the traceback starts.
@@ -417,7 +423,12 @@ class TracebackAssembler:
             tb.exc_message.append(text)
             self.state = State.EMBEDDED
             return True
-        if text.startswith(TB_HEADER) or looks_like_record(text) or looks_like_progress(text):
+        if (
+            text.startswith(TB_HEADER)
+            or looks_like_record(text)
+            or looks_like_progress(text)
+            or _NCCL_RECORD.match(text)
+        ):
             return False
         if tb.twins:
             # The other process's frames and final line, still to come after this one's.
