@@ -49,6 +49,10 @@ class LineParser(Protocol):
     def usable(self, stream: Stream, repeats: list[Repeat]) -> list[Repeat]: ...
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
 
+    def fold_round(
+        self, stream: Stream, repeat: Repeat, closer: bytes | None, linenos: list[int]
+    ) -> bool: ...
+
 
 class FastPath:
     """Takes one file's indexed blocks for its parser (a :class:`LineParser`)."""
@@ -140,14 +144,21 @@ class FastPath:
             for repeat in usable:
                 if repeat.bare and block.startswith(repeat.rest, pos):
                     n = len(repeat.texts)
-                    self.parser.replay(stream, repeat, list(range(lineno + 1, lineno + n + 2)))
-                    return pos + len(repeat.rest), lineno + n + 1, at + n + 1
+                    after = pos + len(repeat.rest)
+                    stop = block.find(b"\n", after)
+                    closer = block[after:stop] if stop >= 0 else None
+                    linenos = list(range(lineno + 1, lineno + n + 2))
+                    if not self.parser.fold_round(stream, repeat, closer, linenos):
+                        self.parser.replay(stream, repeat, linenos)
+                    return after, lineno + n + 1, at + n + 1
             return None
         lines = self._repeat_lines(block, stream, usable, at)
         if lines is None:
             return None
         repeat, taken = lines
-        self.parser.replay(stream, repeat, [self._base + j + 1 for j in (at, *taken)])
+        linenos = [self._base + j + 1 for j in (at, *taken)]
+        if not self.parser.fold_round(stream, repeat, self._line_after(stream, taken[-1]), linenos):
+            self.parser.replay(stream, repeat, linenos)
         self._replayed.update(taken)
         for j in taken:
             heapq.heappush(self._replayed_heap, j)
@@ -170,6 +181,15 @@ class FastPath:
             ):
                 return repeat, lines
         return None
+
+    def _line_after(self, stream: Stream, j: int) -> bytes | None:
+        """The raw line of ``stream`` after its block line ``j``, if the block holds one."""
+        mine = self._writer_lines(stream)
+        k = bisect_left(mine, j) + 1
+        if k >= len(mine):
+            return None
+        ends = self._end_list()
+        return self._block[ends[mine[k] - 1] + 1 : ends[mine[k]]]
 
     def _writer_lines(self, stream: Stream) -> list[int]:
         """The block's line indexes of ``stream``'s lines (under any of its prefixes)."""

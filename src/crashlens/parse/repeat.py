@@ -10,6 +10,13 @@ training step, no NCCL pid, no fact, no finding that is not capped already): the
 line counts and the writer's ring. A repeat covers a traceback up to its final exception's
 first line; what follows (the message's next lines, the line that ends it) is fed as usual,
 so where it ends, and whether it was handled, is decided as for any other.
+
+A retry loop goes further. Each handled round that prints a traceback its writer already
+survived is folded into that one (``Traceback.repeats``, on both paths: see
+``FileParser._settle_fold``). When a round is announced as retried by the line before it
+(so handled whatever follows) and the line after it is another record (so its message ends
+there), the fast path folds it from its bytes alone (``FileParser.fold_round``, with the
+traceback it would have become: :attr:`Repeat.closed`): nothing is assembled or fed.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crashlens.model import ExceptionInfo
+from crashlens.model import ExceptionInfo, Frame
 from crashlens.parse.traceback import PartialTraceback, State, TracebackAssembler
 
 #: Longest traceback kept as a repeat: lines, bytes of one line, bytes in all (memory stays
@@ -52,6 +59,19 @@ class Repeat:
     #: No line carries a launcher prefix (only such a repeat is looked for in a block of
     #: one writer: its lines are that writer's).
     bare: bool
+    #: The traceback as it is once a line that starts another record ends it right after
+    #: these lines (its text, and each exception's type, message and frames): what a round
+    #: of a retry loop is compared with. None when such a line would not end it there.
+    closed: Closed | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """A repeat's traceback when the line after it ends it (see :attr:`Repeat.closed`)."""
+
+    text: tuple[str, ...]
+    exceptions: tuple[tuple[str, str, tuple[Frame, ...]], ...]
+    final: str
 
 
 class RepeatMemo:
@@ -104,6 +124,7 @@ def build(
     for text in texts[:end]:
         found.update(dict.fromkeys(detectors(text)))
     return Repeat(
+        closed=_closed(texts[:end]) if scratch.state is State.MESSAGE else None,
         lines=tuple(lines[:end]),
         header=texts[0],
         rest=b"".join(line + b"\n" for line in lines[1:end]),
@@ -113,6 +134,25 @@ def build(
         blank_run=scratch.blank_run,
         detectors=tuple(found),
         bare=bare,
+    )
+
+
+def _closed(texts: Sequence[str]) -> Closed | None:
+    """The traceback of ``texts`` ended by the next line (another record), if it is one
+    process's and was printed without a margin."""
+    scratch = TracebackAssembler()
+    for lineno, text in enumerate(texts, 1):
+        scratch.feed(lineno, text)
+    tb = scratch.current
+    assert tb is not None
+    if tb.margin or tb.twins or len(tb.exc_message) != 1:
+        return None
+    scratch.close()  # as the next record ends it: in its message, nothing else is done
+    (done,) = scratch.done
+    return Closed(
+        text=tuple(done.text),
+        exceptions=tuple((e.type, e.message, e.frames) for e in done.exceptions),
+        final=done.exceptions[-1].type,
     )
 
 

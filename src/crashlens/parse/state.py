@@ -15,6 +15,7 @@ from typing import Literal, NamedTuple
 from crashlens import lazyre
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import Source
+from crashlens.parse.repeat import Closed
 from crashlens.parse.torchrun import SummaryReader
 from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
 from crashlens.ruletypes import Detector, Rule
@@ -215,6 +216,9 @@ class Stream:
     #: The newest traceback and the one of ``tb_done`` it prints again: folded into that one
     #: once it proves handled, else kept as a traceback of its own.
     fold: tuple[DoneTraceback, DoneTraceback] | None = None
+    #: The last round the fast path folded (:meth:`FileParser.fold_round`): what it printed,
+    #: and the traceback it went into (handled, so it stays so).
+    folding: tuple[Closed | None, PartialTraceback | None] = (None, None)
     watch: DoneTraceback | None = None
     #: Findings with no earlier timestamp in their stream, waiting for the next one.
     untimed: list[Callable[[float], None]] = field(default_factory=list)

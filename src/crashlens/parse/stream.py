@@ -33,6 +33,7 @@ from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.repeat import (
     MAX_REPEAT_LINE_BYTES,
     MAX_REPEAT_LINES,
+    Closed,
     Repeat,
     RepeatMemo,
     build,
@@ -42,6 +43,7 @@ from crashlens.parse.scan import MAX_LINE_BYTES, TriggerScanner
 from crashlens.parse.state import (
     ERROR_RECORD,
     MAX_EVIDENCE_TEXT,
+    RETRY_ANNOUNCED,
     RING,
     STEP,
     DoneTraceback,
@@ -54,7 +56,7 @@ from crashlens.parse.state import (
 from crashlens.parse.text import split_glued, strip_ansi
 from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry
-from crashlens.parse.traceback import PartialTraceback
+from crashlens.parse.traceback import PartialTraceback, ends_message
 from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
@@ -416,6 +418,71 @@ class FileParser:
         self._wait_untimed(stream, n - 1)
         fast_forward(repeat, stream.assembler, linenos)
 
+    def fold_round(
+        self, stream: Stream, repeat: Repeat, closer: bytes | None, linenos: list[int]
+    ) -> bool:
+        """Take ``repeat``'s lines (at ``linenos``, the header's first; ``closer``: the raw
+        line of the stream after them, if in view) as one more round of a retry loop when that
+        is what the per-line path would make of them: announced as retried by the line before,
+        ended by the next line (another record), and the same as a traceback of the stream it
+        survived, into which it is folded. Then nothing is assembled; the lines count and fill
+        the ring. False: not such a round (nothing changed but what the per-line path would
+        have changed first: the ring's skimmed lines, the stream's time cache, the round
+        before's fold)."""
+        closed = repeat.closed
+        if closed is None or closer is None:
+            return False
+        header = linenos[0]
+        if self.fast.pending:
+            self.fast.settle(stream, header)  # the ring's skimmed lines, as replay's first step
+        if (
+            (stream.fold is not None and not stream.fold[0].handled(stream.lines))
+            or not stream.ring
+            or closed.final in _NEVER_FOLDED
+            or not RETRY_ANNOUNCED.search(stream.ring[-1][1])
+            or not self._ends_message(closer)
+        ):
+            return False
+        n = len(linenos)
+        self._settle_fold(stream)  # the round before, handled already: as its end would
+        last = stream.tb_done[-1] if stream.tb_done else None
+        if last is not None and last.tb is stream.folding[1] and stream.folding[0] is closed:
+            like: DoneTraceback | None = last  # the round before's, the newest: found first
+        else:
+            like = _fold_target(stream, closed, stream.lines + n)
+        if like is None or self.clock.time_of(stream, header, repeat.header)[0] is None:
+            return False
+        self._line_stream = stream
+        stream.settled = False
+        self.lines += n
+        self.last_lineno = linenos[-1]
+        if stream.first_time is None and stream.probe_first > 0:
+            stream.probe_first = max(0, stream.probe_first - n)
+        stream.lines += n
+        self._wait_untimed(stream, n)
+        ring = stream.ring
+        ring.append((header, repeat.header))
+        for item in zip(linenos[1:], repeat.texts, strict=True):
+            ring.append(item)
+        stream.watch = None  # the round's own watch, done with at once (it was retried)
+        like.repeats += 1
+        stream.folding = (closed, like.tb)
+        if stream.tb_done[-1] is not like:
+            stream.tb_done.remove(like)
+            stream.tb_done.append(like)
+        return True
+
+    def _ends_message(self, raw: bytes) -> bool:
+        """Whether the raw line ``raw`` ends a traceback's one-line message as the assembler
+        would see it: another record (a timestamp, a progress bar, NCCL's)."""
+        if not raw or b"\x1b" in raw or b"\r" in raw or b"Traceback" in raw:
+            return False
+        parts = split_glued(raw[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip(" \t"))
+        if len(parts) != 1:
+            return False
+        text, _ = strip(parts[0], self.style)
+        return ends_message(text)
+
     @staticmethod
     def _wait_untimed(stream: Stream, lines: int) -> None:
         """What :meth:`Clock.settle` does with ``lines`` lines that have no time."""
@@ -622,6 +689,21 @@ def _repeated(stream: Stream, done: DoneTraceback) -> DoneTraceback | None:
     for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
         if like.tb.twin_of is None and not like.tb.twin_exceptions and like.same(done):
             return like if like.handled(stream.lines) else None
+    return None
+
+
+def _fold_target(stream: Stream, closed: Closed, lines: int) -> DoneTraceback | None:
+    """The traceback a round printing ``closed`` would be folded into, with the stream at
+    ``lines`` lines: as :func:`_repeated` finds it."""
+    for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
+        tb = like.tb
+        if tb.twin_of is not None or tb.twin_exceptions or tuple(tb.text) != closed.text:
+            continue
+        if len(tb.exceptions) == len(closed.exceptions) and all(
+            (e.type, e.message, e.frames) == c
+            for e, c in zip(tb.exceptions, closed.exceptions, strict=True)
+        ):
+            return like if like.handled(lines) else None
     return None
 
 

@@ -74,6 +74,14 @@ def looks_like_progress(text: str) -> bool:
     return "%|" in text and text.rstrip().endswith("]")
 
 
+def ends_message(text: str) -> bool:
+    """Whether ``text``, after an exception's message line, starts something else: a log
+    record, a progress bar, NCCL's own debug line (not another traceback: that starts one)."""
+    return (
+        looks_like_record(text) or looks_like_progress(text) or _NCCL_RECORD.match(text) is not None
+    )
+
+
 def looks_like_record(text: str) -> bool:
     """Whether ``text`` starts a new log record (it carries a timestamp), ending any message."""
     return _RECORD_START.match(text) is not None
@@ -423,12 +431,7 @@ class TracebackAssembler:
             tb.exc_message.append(text)
             self.state = State.EMBEDDED
             return True
-        if (
-            text.startswith(TB_HEADER)
-            or looks_like_record(text)
-            or looks_like_progress(text)
-            or _NCCL_RECORD.match(text)
-        ):
+        if text.startswith(TB_HEADER) or ends_message(text):
             return False
         if tb.twins:
             # The other process's frames and final line, still to come after this one's.
