@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from crashlens.model import ExceptionInfo, Frame
+from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.traceback import PartialTraceback, State, TracebackAssembler
 
 #: Longest traceback kept as a repeat: lines, bytes of one line, bytes in all (memory stays
@@ -63,6 +64,8 @@ class Repeat:
     #: these lines (its text, and each exception's type, message and frames): what a round
     #: of a retry loop is compared with. None when such a line would not end it there.
     closed: Closed | None = None
+    #: The header line carries a timestamp of its own (it almost never does).
+    stamped: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,7 @@ def build(
         found.update(dict.fromkeys(detectors(text)))
     return Repeat(
         closed=_closed(texts[:end]) if scratch.state is State.MESSAGE else None,
+        stamped=parse_timestamp(texts[0], 2000) is not None,
         lines=tuple(lines[:end]),
         header=texts[0],
         rest=b"".join(line + b"\n" for line in lines[1:end]),

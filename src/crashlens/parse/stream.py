@@ -112,6 +112,8 @@ class FileParser:
         self.fast = FastPath(self)
         self.prefixes = key_pattern(style)
         self.memo = RepeatMemo()
+        #: (stream, repeat) ids whose detectors have their findings capped in that stream.
+        self._capped: set[tuple[int, int]] = set()
         self._seen: set[int] = set()
         #: The line being fed holds no trigger literal (:meth:`feed_raw`).
         self._plain = False
@@ -387,8 +389,14 @@ class FileParser:
         a launcher summary, and their lines would add no finding."""
         if stream.assembler.current is not None or stream.summary.active:
             return []
-        capped = self.collector.capped
-        return [r for r in repeats if all(capped(stream, *d) for d in r.detectors)]
+        capped, known = self.collector.capped, self._capped
+        out = []
+        for r in repeats:
+            key = (id(stream), id(r))
+            if key in known or all(capped(stream, *d) for d in r.detectors):
+                known.add(key)  # findings only grow: capped once, capped for good
+                out.append(r)
+        return out
 
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None:
         """Take ``repeat``'s lines as lines ``linenos`` of ``stream`` (the header's first), as
@@ -450,7 +458,10 @@ class FileParser:
             like: DoneTraceback | None = last  # the round before's, the newest: found first
         else:
             like = _fold_target(stream, closed, stream.lines + n)
-        if like is None or self.clock.time_of(stream, header, repeat.header)[0] is None:
+        if (
+            like is None
+            or self.clock.time_of(stream, header, repeat.header, repeat.stamped)[0] is None
+        ):
             return False
         self._line_stream = stream
         stream.settled = False
