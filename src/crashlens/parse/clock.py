@@ -92,12 +92,9 @@ class Clock:
         if stamp is not None and not stamp.monotonic:
             self.mono_offset = stamp.value - mono
 
-    def time_of(
-        self, stream: Stream, lineno: int, text: str, stamped: bool = True
-    ) -> tuple[float | None, bool]:
-        """The line's own time, else the nearest earlier time in its stream (inferred);
-        ``stamped=False``: the caller knows ``text`` has no timestamp."""
-        own = self.stamp(text) if stamped or self.override is not None else None
+    def time_of(self, stream: Stream, lineno: int, text: str) -> tuple[float | None, bool]:
+        """The line's own time, else the nearest earlier time in its stream (inferred)."""
+        own = self.stamp(text)
         if own is not None:
             stream.last_stamp = (lineno, own)
             return own, False

@@ -14,8 +14,14 @@ from crashlens import lazyre
 from crashlens.model import Evidence, Hit, Roles, Source, exception_origin, exception_text
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
-from crashlens.parse.state import MAX_EVIDENCE_TEXT, PendingHit, Stream, stamp_setter
-from crashlens.parse.traceback import PartialTraceback
+from crashlens.parse.state import (
+    MAX_EVIDENCE_TEXT,
+    DoneTraceback,
+    PendingHit,
+    Stream,
+    stamp_setter,
+)
+from crashlens.parse.traceback import PartialTraceback, Printed
 from crashlens.ruletypes import Detector, Rule, RuleSet
 
 CONTEXT = 3
@@ -47,7 +53,7 @@ class HitCollector:
         self.exc_detectors = rules.exception_detectors()
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
-        self._tb_found: dict[tuple[object, ...], list[_TracebackFinding]] = {}
+        self._tb_found: dict[Printed, list[_TracebackFinding]] = {}
         self._roles_of: dict[tuple[tuple[str, str], ...], Roles] = {}
 
     # -- finding --------------------------------------------------------------------------
@@ -101,12 +107,10 @@ class HitCollector:
             stream.untimed.append(stamp_setter(pending))
         self.pending.append(pending)
 
-    def on_traceback(
-        self, stream: Stream, tb: PartialTraceback, when: float | None, inferred: bool
-    ) -> None:
+    def on_traceback(self, stream: Stream, done: DoneTraceback) -> None:
         """Run the exception and traceback detectors on a completed traceback (once per
         distinct traceback: a repeat takes the first one's findings)."""
-        key = (tuple(tb.text), tuple((e.type, e.message, e.frames) for e in tb.exceptions))
+        tb, when, inferred, key = done.tb, done.time, done.inferred, done.printed
         found = self._tb_found.get(key)
         if found is None:
             if len(self._tb_found) >= MAX_DISTINCT_TRACEBACKS:

@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crashlens.model import ExceptionInfo, Frame
-from crashlens.parse.timestamps import parse_timestamp
-from crashlens.parse.traceback import PartialTraceback, State, TracebackAssembler
+from crashlens.model import ExceptionInfo
+from crashlens.parse.traceback import PartialTraceback, Printed, State, TracebackAssembler
 
 #: Longest traceback kept as a repeat: lines, bytes of one line, bytes in all (memory stays
 #: bounded however long a writer's lines are).
@@ -64,16 +63,14 @@ class Repeat:
     #: these lines (its text, and each exception's type, message and frames): what a round
     #: of a retry loop is compared with. None when such a line would not end it there.
     closed: Closed | None = None
-    #: The header line carries a timestamp of its own (it almost never does).
-    stamped: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Closed:
     """A repeat's traceback when the line after it ends it (see :attr:`Repeat.closed`)."""
 
-    text: tuple[str, ...]
-    exceptions: tuple[tuple[str, str, tuple[Frame, ...]], ...]
+    printed: Printed
+    #: Its final exception's type.
     final: str
 
 
@@ -128,7 +125,6 @@ def build(
         found.update(dict.fromkeys(detectors(text)))
     return Repeat(
         closed=_closed(texts[:end]) if scratch.state is State.MESSAGE else None,
-        stamped=parse_timestamp(texts[0], 2000) is not None,
         lines=tuple(lines[:end]),
         header=texts[0],
         rest=b"".join(line + b"\n" for line in lines[1:end]),
@@ -153,11 +149,7 @@ def _closed(texts: Sequence[str]) -> Closed | None:
         return None
     scratch.close()  # as the next record ends it: in its message, nothing else is done
     (done,) = scratch.done
-    return Closed(
-        text=tuple(done.text),
-        exceptions=tuple((e.type, e.message, e.frames) for e in done.exceptions),
-        final=done.exceptions[-1].type,
-    )
+    return Closed(done.printed(), done.exceptions[-1].type)
 
 
 def _final_exception_line(texts: Sequence[str]) -> int | None:

@@ -15,9 +15,8 @@ from typing import Literal, NamedTuple
 from crashlens import lazyre
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
 from crashlens.model import Source
-from crashlens.parse.repeat import Closed
 from crashlens.parse.torchrun import SummaryReader
-from crashlens.parse.traceback import PartialTraceback, TracebackAssembler
+from crashlens.parse.traceback import PartialTraceback, Printed, TracebackAssembler
 from crashlens.ruletypes import Detector, Rule
 
 RING = 32
@@ -147,20 +146,13 @@ class DoneTraceback:
     progressed: bool = False
     #: The last step number its writer logged before it, if the recent lines show one.
     step_before: int | None = None
-    #: Identical handled tracebacks printed after it, folded into it (:meth:`same`).
+    #: Identical handled tracebacks printed after it, folded into it.
     repeats: int = 0
+    #: What it prints (:meth:`PartialTraceback.printed`), what a later round is compared with.
+    printed: Printed = field(init=False)
 
-    def same(self, other: DoneTraceback) -> bool:
-        """Whether ``other`` prints the same traceback (its lines and exceptions; not where)."""
-        a, b = self.tb, other.tb
-        return (
-            a.text == b.text
-            and len(a.exceptions) == len(b.exceptions)
-            and all(
-                (x.type, x.message, x.frames) == (y.type, y.message, y.frames)
-                for x, y in zip(a.exceptions, b.exceptions, strict=True)
-            )
-        )
+    def __post_init__(self) -> None:
+        self.printed = self.tb.printed()
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
@@ -216,9 +208,6 @@ class Stream:
     #: The newest traceback and the one of ``tb_done`` it prints again: folded into that one
     #: once it proves handled, else kept as a traceback of its own.
     fold: tuple[DoneTraceback, DoneTraceback] | None = None
-    #: The last round the fast path folded (:meth:`FileParser.fold_round`): what it printed,
-    #: and the traceback it went into (handled, so it stays so).
-    folding: tuple[Closed | None, PartialTraceback | None] = (None, None)
     watch: DoneTraceback | None = None
     #: Findings with no earlier timestamp in their stream, waiting for the next one.
     untimed: list[Callable[[float], None]] = field(default_factory=list)

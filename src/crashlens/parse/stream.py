@@ -33,7 +33,6 @@ from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.repeat import (
     MAX_REPEAT_LINE_BYTES,
     MAX_REPEAT_LINES,
-    Closed,
     Repeat,
     RepeatMemo,
     build,
@@ -56,7 +55,7 @@ from crashlens.parse.state import (
 from crashlens.parse.text import split_glued, strip_ansi
 from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry
-from crashlens.parse.traceback import PartialTraceback, ends_message
+from crashlens.parse.traceback import PartialTraceback, Printed, ends_message
 from crashlens.ruletypes import RuleSet
 
 LAST_LINES = 5
@@ -112,8 +111,6 @@ class FileParser:
         self.fast = FastPath(self)
         self.prefixes = key_pattern(style)
         self.memo = RepeatMemo()
-        #: (stream, repeat) ids whose detectors have their findings capped in that stream.
-        self._capped: set[tuple[int, int]] = set()
         self._seen: set[int] = set()
         #: The line being fed holds no trigger literal (:meth:`feed_raw`).
         self._plain = False
@@ -257,7 +254,7 @@ class FileParser:
                 stream.fold = (done, like)  # a retry loop's next round, decided by what follows
                 continue
             stream.tb_done.append(done)
-            self.collector.on_traceback(stream, tb, when, inferred)
+            self.collector.on_traceback(stream, done)
         stream.assembler.done.clear()
 
     def _settle_fold(self, stream: Stream) -> None:
@@ -269,13 +266,10 @@ class FileParser:
         done, like = stream.fold
         stream.fold = None
         if done.handled(stream.lines):
-            like.repeats += 1
-            if stream.tb_done[-1] is not like:
-                stream.tb_done.remove(like)
-                stream.tb_done.append(like)
+            _fold_into(stream, like)
             return
         stream.tb_done.append(done)
-        self.collector.on_traceback(stream, done.tb, done.time, done.inferred)
+        self.collector.on_traceback(stream, done)
 
     # -- fast path: lines nothing needs are counted, not parsed ---------------------------
     def feed_bytes(
@@ -389,14 +383,8 @@ class FileParser:
         a launcher summary, and their lines would add no finding."""
         if stream.assembler.current is not None or stream.summary.active:
             return []
-        capped, known = self.collector.capped, self._capped
-        out = []
-        for r in repeats:
-            key = (id(stream), id(r))
-            if key in known or all(capped(stream, *d) for d in r.detectors):
-                known.add(key)  # findings only grow: capped once, capped for good
-                out.append(r)
-        return out
+        capped = self.collector.capped
+        return [r for r in repeats if all(capped(stream, *d) for d in r.detectors)]
 
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None:
         """Take ``repeat``'s lines as lines ``linenos`` of ``stream`` (the header's first), as
@@ -453,15 +441,8 @@ class FileParser:
             return False
         n = len(linenos)
         self._settle_fold(stream)  # the round before, handled already: as its end would
-        last = stream.tb_done[-1] if stream.tb_done else None
-        if last is not None and last.tb is stream.folding[1] and stream.folding[0] is closed:
-            like: DoneTraceback | None = last  # the round before's, the newest: found first
-        else:
-            like = _fold_target(stream, closed, stream.lines + n)
-        if (
-            like is None
-            or self.clock.time_of(stream, header, repeat.header, repeat.stamped)[0] is None
-        ):
+        like = _fold_target(stream, closed.printed, stream.lines + n)
+        if like is None or self.clock.time_of(stream, header, repeat.header)[0] is None:
             return False
         self._line_stream = stream
         stream.settled = False
@@ -476,11 +457,7 @@ class FileParser:
         for item in zip(linenos[1:], repeat.texts, strict=True):
             ring.append(item)
         stream.watch = None  # the round's own watch, done with at once (it was retried)
-        like.repeats += 1
-        stream.folding = (closed, like.tb)
-        if stream.tb_done[-1] is not like:
-            stream.tb_done.remove(like)
-            stream.tb_done.append(like)
+        _fold_into(stream, like)
         return True
 
     def _ends_message(self, raw: bytes) -> bool:
@@ -697,25 +674,24 @@ def _repeated(stream: Stream, done: DoneTraceback) -> DoneTraceback | None:
         or launcher_report(tb)
     ):
         return None
-    for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
-        if like.tb.twin_of is None and not like.tb.twin_exceptions and like.same(done):
-            return like if like.handled(stream.lines) else None
-    return None
+    return _fold_target(stream, done.printed, stream.lines)
 
 
-def _fold_target(stream: Stream, closed: Closed, lines: int) -> DoneTraceback | None:
-    """The traceback a round printing ``closed`` would be folded into, with the stream at
-    ``lines`` lines: as :func:`_repeated` finds it."""
+def _fold_target(stream: Stream, printed: Printed, lines: int) -> DoneTraceback | None:
+    """The newest of the stream's recent tracebacks that prints ``printed``, if its writer
+    survived it (the stream at ``lines`` lines): a round printing it is folded into that one."""
     for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
-        tb = like.tb
-        if tb.twin_of is not None or tb.twin_exceptions or tuple(tb.text) != closed.text:
-            continue
-        if len(tb.exceptions) == len(closed.exceptions) and all(
-            (e.type, e.message, e.frames) == c
-            for e, c in zip(tb.exceptions, closed.exceptions, strict=True)
-        ):
+        if like.tb.twin_of is None and not like.tb.twin_exceptions and like.printed == printed:
             return like if like.handled(lines) else None
     return None
+
+
+def _fold_into(stream: Stream, like: DoneTraceback) -> None:
+    """One more handled round of ``like``, which now stands where the loop ended."""
+    like.repeats += 1
+    if stream.tb_done[-1] is not like:
+        stream.tb_done.remove(like)
+        stream.tb_done.append(like)
 
 
 def _failure(source: Source, entry: SummaryEntry) -> ChildFailure:

@@ -74,6 +74,11 @@ def looks_like_progress(text: str) -> bool:
     return "%|" in text and text.rstrip().endswith("]")
 
 
+#: What a traceback prints, wherever it is: its lines, and each exception's type, message and
+#: frames (a retried error prints the same again; see :meth:`PartialTraceback.printed`).
+Printed = tuple[tuple[str, ...], tuple[tuple[str, str, tuple[Frame, ...]], ...]]
+
+
 def ends_message(text: str) -> bool:
     """Whether ``text``, after an exception's message line, starts something else: a log
     record, a progress bar, NCCL's own debug line (not another traceback: that starts one)."""
@@ -121,6 +126,10 @@ class PartialTraceback:
     #: The header's indentation (a traceback pasted or logged inside an indented block): that
     #: many leading spaces are the block's margin, removed from its lines before they are read.
     margin: str = ""
+
+    def printed(self) -> Printed:
+        """What it prints, not where (see :data:`Printed`)."""
+        return tuple(self.text), tuple((e.type, e.message, e.frames) for e in self.exceptions)
 
     def add_text(self, text: str) -> None:
         self.line_count += 1
