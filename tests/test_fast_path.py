@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
 from crashlens import analyze
-from crashlens.parse.scan import TriggerScanner, available_backends, iter_blocks
+from crashlens.parse.scan import (
+    TriggerScanner,
+    available_backends,
+    iter_blocks,
+    ramp_points,
+    split_points,
+)
 
 JOBS = sorted(p.parent for p in FIXTURES.rglob("expected.yaml"))
 
@@ -201,8 +208,12 @@ def test_one_big_file_split_across_workers_gives_the_same_report(
     gen = _generator()
     path = gen.console(tmp_path / "console.log", 16, 6.0, "rank", retries=3, oom_rank=5)
     monkeypatch.setattr(session, "RANGE_BYTES", 1 << 20)
-    ranges = session.split_points(path, path.stat().st_size, 6)
-    assert len(ranges) == 7  # six ranges, each starting a line
+    size = path.stat().st_size
+    assert len(split_points(path, size, 6)) == 7  # six ranges, each starting a line
+    ramp = ramp_points(path, size, 64 << 10, 1 << 20)
+    widths = [b - a for a, b in itertools.pairwise(ramp)]
+    assert widths[0] < widths[1] < widths[2] < widths[3] <= (1 << 20) + 4096  # ramps up
+    assert all(path.read_bytes()[p - 1 : p] == b"\n" for p in ramp[1:-1])  # line starts
     split = full_summary(path, ForkRunner(workers=2, min_bytes=0, split_bytes=1 << 20))
     whole = full_summary(path, SequentialRunner())
     assert split == whole

@@ -65,7 +65,7 @@ from crashlens.parse import (
     parse_lines,
     scanner_for,
 )
-from crashlens.parse.scan import TriggerScanner, range_blocks, split_points
+from crashlens.parse.scan import BLOCK, TriggerScanner, ramp_points, range_blocks
 from crashlens.rank import rank
 from crashlens.report import Report
 from crashlens.rulebase import RuleSet, load_rules
@@ -200,7 +200,8 @@ class _RangeIndexer:
 
     def __call__(self, style: PrefixStyle) -> Iterator[tuple[bytes, BlockIndex]]:
         parts = max(self.workers * 2, -(-self.size // RANGE_BYTES))
-        points = split_points(self.path, self.size, parts)
+        most = min(RANGE_BYTES, self.size // parts)
+        points = ramp_points(self.path, self.size, min(BLOCK, most), max(most, 1))
         ranges = itertools.pairwise(points)
         flight: deque[tuple[int, int, Future[list[BlockIndex]]]] = deque()
 

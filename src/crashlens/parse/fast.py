@@ -362,22 +362,24 @@ class FastPath:
         return self._bk.ends()
 
     def _take_tails(self) -> None:
-        """At the end of a block: every pending stream's last skimmed lines, in one pass."""
+        """At the end of a block: every pending stream's last skimmed lines, in one pass,
+        deferred to when its ring is read (:meth:`~crashlens.parse.state.Ring.defer_raw`)."""
         keys = self._bk
         assert keys is not None
+        pending, taken = self.pending, self._taken
+        firsts = [
+            taken.get(id(stream), 0) if id(stream) in pending else -1 for stream in self._streams
+        ]
         picked: dict[int, list[int]] = {}
-        for i, stream in enumerate(self._streams):
-            if id(stream) not in self.pending:
-                continue
-            first = self._taken.get(id(stream), 0)
-            picked.setdefault(id(stream), []).extend(keys.tail(i, first, None))
+        for i, lines in enumerate(keys.tails(firsts)):
+            if lines:
+                key = id(self._streams[i])
+                have = picked.get(key)
+                picked[key] = lines if have is None else sorted(have + lines)
         block, base, style = self._block, self._base, self.parser.style
         ends = keys.ends()
         for key, lines in picked.items():
-            if not lines:
-                continue
-            lines.sort()
-            self.pending[key].ring.extend_raw(_numbered(block, ends, base, lines[-RING:]), style)
+            pending[key].ring.defer_raw(block, ends, base, lines, style)
 
     def _take_tail(self, stream: Stream, upto: int) -> None:
         """Add ``stream``'s last skimmed block lines before line ``upto`` to its ring."""

@@ -57,6 +57,11 @@ class BlockKeys:
         """The last ``ring`` skimmed lines of key id ``i`` in ``[first, upto)``, ascending."""
         raise NotImplementedError
 
+    def tails(self, firsts: list[int]) -> list[list[int]]:
+        """Per key id ``i``, :meth:`tail` of ``[firsts[i], end of block)``; ``[]`` where
+        ``firsts[i]`` is negative (not wanted)."""
+        return [self.tail(i, first, None) if first >= 0 else [] for i, first in enumerate(firsts)]
+
     def ends(self) -> list[int]:
         """Offsets of the block's newlines: line ``j`` ends at ``ends()[j]``."""
         raise NotImplementedError
@@ -178,6 +183,26 @@ class NumpyKeys(BlockKeys):
             bounds = np.searchsorted(self.ids[order], np.arange(self.writers + 1))
             self._by_key = (order, bounds)
         return self._by_key
+
+    def tails(self, firsts: list[int]) -> list[list[int]]:
+        # Every key's at once: in key order, a skimmed line is in its key's tail when fewer
+        # than ``ring`` skimmed lines of the key come after it.
+        np = self.np
+        order, bounds = self._key_order()
+        key_of = np.repeat(np.arange(self.writers), np.diff(bounds))
+        low = np.asarray(firsts)
+        low[low < 0] = len(self.ids)  # no line is at or after it
+        mask = self.skimmed[order] & (order >= low[key_of])
+        running = np.cumsum(mask)
+        at_end = running[np.maximum(bounds[1:] - 1, 0)]
+        mask &= (at_end[key_of] - running) < self.ring
+        picked: list[int] = order[mask].tolist()
+        counts: list[int] = np.bincount(key_of[mask], minlength=self.writers).tolist()
+        out, at = [], 0
+        for count in counts:
+            out.append(picked[at : at + count])
+            at += count
+        return out
 
     def lines_of(self, i: int) -> list[int]:
         order, bounds = self._key_order()

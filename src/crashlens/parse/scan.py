@@ -275,13 +275,30 @@ def range_blocks(path: str | os.PathLike[str], start: int, end: int) -> Iterator
 
 
 def split_points(path: str | os.PathLike[str], size: int, parts: int) -> list[int]:
-    """Offsets cutting a file of ``size`` bytes into about ``parts`` ranges at line starts:
-    ``[0, p1, ..., size]``."""
+    """Offsets cutting a file of ``size`` bytes into about ``parts`` equal ranges at line
+    starts: ``[0, p1, ..., size]``."""
+    return line_starts_after(path, size, [k * size // parts for k in range(1, parts)])
+
+
+def ramp_points(path: str | os.PathLike[str], size: int, first: int, most: int) -> list[int]:
+    """Offsets cutting a file of ``size`` bytes at line starts into ranges of ``first`` bytes,
+    then twice as many each time up to ``most``: a reader that waits for the first range
+    waits for a small one."""
+    cuts, at, step = [], 0, first
+    while at + step < size:
+        at += step
+        cuts.append(at)
+        step = min(step * 2, most)
+    return line_starts_after(path, size, cuts)
+
+
+def line_starts_after(path: str | os.PathLike[str], size: int, cuts: list[int]) -> list[int]:
+    """``[0, *starts, size]``: for each ascending offset of ``cuts``, the start of the first line
+    after it (offsets that fall into the range before, or into the last line, are dropped)."""
     points = [0]
     fd = os.open(path, os.O_RDONLY)
     try:
-        for k in range(1, parts):
-            at = k * size // parts
+        for at in cuts:
             if at <= points[-1]:
                 continue
             window = os.pread(fd, MAX_CARRY, at)

@@ -8,7 +8,7 @@ of recent lines, one open traceback, capped findings), never per line.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -56,23 +56,52 @@ class Ring:
     """A writer's last :data:`RING` lines as ``(lineno, text)``, oldest first.
 
     Quiet lines the fast path only skims arrive raw (bytes, prefix still on) and most are
-    pushed out again unread; each is decoded and stripped only when it is read.
+    pushed out again unread; each is decoded and stripped only when it is read. A block's
+    tail arrives deferred (:meth:`defer_raw`): its lines are cut from the block only when the
+    ring is read, and never when the writer's next block brings a whole ring of newer ones.
     """
 
-    __slots__ = ("_lines", "_style")
+    __slots__ = ("_lazy", "_lines", "_style")
 
     def __init__(self) -> None:
         self._lines: deque[tuple[int, str | bytes]] = deque(maxlen=RING)
         self._style = PrefixStyle()
+        #: A deferred tail, newer than ``_lines``: a block, its newline offsets, the file line
+        #: number before its first line and the block lines (ascending).
+        self._lazy: tuple[bytes, Sequence[int], int, list[int]] | None = None
 
     def append(self, item: tuple[int, str]) -> None:
         """Add a parsed line (its text already stripped of launcher prefixes)."""
+        self._flush()
         self._lines.append(item)
 
     def extend_raw(self, items: Iterable[tuple[int, bytes]], style: PrefixStyle) -> None:
         """Add quiet lines, oldest first, as they are in the file."""
+        self._flush()
         self._style = style
         self._lines.extend(items)
+
+    def defer_raw(
+        self, block: bytes, ends: Sequence[int], base: int, lines: list[int], style: PrefixStyle
+    ) -> None:
+        """Add block lines ``lines`` (ascending; line ``j`` ends at ``ends[j]`` and is file
+        line ``base + j + 1``) as :meth:`extend_raw` would, without cutting them yet."""
+        if len(lines) >= RING:
+            self._lines.clear()  # all pushed out by the new ones
+            self._lazy = None
+        else:
+            self._flush()
+        self._style = style
+        self._lazy = (block, ends, base, lines[-RING:])
+
+    def _flush(self) -> None:
+        lazy = self._lazy
+        if lazy is not None:
+            self._lazy = None
+            block, ends, base, lines = lazy
+            self._lines.extend(
+                [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]
+            )
 
     def _line(self, index: int) -> tuple[int, str]:
         lineno, text = self._lines[index]
@@ -85,10 +114,12 @@ class Ring:
 
     def items(self) -> list[tuple[int, str]]:
         """The lines, oldest first."""
+        self._flush()
         return [self._line(i) for i in range(len(self._lines))]
 
     def last(self, n: int) -> list[tuple[int, str]]:
         """The last ``n`` lines, oldest first."""
+        self._flush()
         size = len(self._lines)
         return [self._line(i) for i in range(max(0, size - n), size)]
 
@@ -96,20 +127,24 @@ class Ring:
         return iter(self.items())
 
     def __reversed__(self) -> Iterator[tuple[int, str]]:
+        self._flush()
         for i in range(len(self._lines) - 1, -1, -1):
             yield self._line(i)
 
     def before(self, lineno: int) -> Iterator[tuple[int, str]]:
         """The lines before line ``lineno``, newest first (later ones are not decoded)."""
+        self._flush()
         lines = self._lines
         for i in range(len(lines) - 1, -1, -1):
             if lines[i][0] < lineno:
                 yield self._line(i)
 
     def __len__(self) -> int:
+        self._flush()
         return len(self._lines)
 
     def __getitem__(self, index: int) -> tuple[int, str]:
+        self._flush()
         return self._line(index)
 
 
