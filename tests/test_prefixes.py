@@ -225,3 +225,25 @@ def test_the_fast_path_reads_prefixes_under_a_pasted_blocks_margin() -> None:
     assert keys.keys(block, 0, len(block)) == [b"[rank0]: ", b"[rank1]: ", b""]
     # each key names the writer strip() finds on the whole line
     assert strip(keys.keys(block, 0, len(block))[1].decode() + "x", style)[1].rank == 1
+
+
+def test_a_stamp_before_an_exceptions_last_line_is_a_tools_in_any_file() -> None:
+    # webdataset/webdataset#142 (verbatim): a collector stamped the lines it saw, but not the
+    # continuation lines of the exception's message, so the file as a whole is not "stamped".
+    lines = [
+        '2022-01-23 02:08:36.029 raise ReadError("unexpected end of data")',
+        "",
+        '2022-01-23 02:08:36.029 tarfile.ReadError: ("unexpected end of data @ '
+        "<_io.BufferedReader name='train-224-30/00000022.tar'>\", ",
+        "<_io.BufferedReader name='train-224-30/00000022.tar'>, {'__url__': "
+        "'train-224-30/00000022.tar', '__worker__': 'None', ",
+        "'__rank__': '(18, 32)', '__nodeinfo__': \"('node-01', 276)\"})",
+    ]
+    style = sniff_style(lines)
+    assert not style.stamped
+    text, prefix = strip(lines[2], style)
+    assert text.startswith('tarfile.ReadError: ("unexpected end of data @')
+    assert prefix.stamp == "2022-01-23 02:08:36.029 "  # the time is kept
+    # a logger's own record keeps its stamp: the level comes first
+    record = "2022-01-23 02:08:36,029 ERROR tarfile.ReadError: unexpected end of data"
+    assert strip(record, style) == (record, strip("", style)[1])

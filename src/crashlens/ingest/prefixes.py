@@ -34,6 +34,8 @@ _NEEDS_STAMP_STRIP = lazyre.compile_regex(
     r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
     r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
 )
+#: An exception's final line, as Python prints it (bare: a logger puts its level first).
+_BARE_EXCEPTION = lazyre.compile_regex(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):")
 #: The deepest margin a pasted block (or a traceback header) may be indented by: deeper, the
 #: lines are quoted inside something else.
 MAX_MARGIN = 24
@@ -141,6 +143,14 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     if style.stamped:
         m = _LEADING_STAMP.match(text)
         if m:
+            stamp = m.group(0)
+            pos = m.end()
+    elif text[:1].isdigit():
+        # A stamp before an exception's final line is a tool's, whatever the file's other
+        # lines do (a short paste, continuation lines left unstamped): Python prints that
+        # line bare, and a logger would have put its level first.
+        m = _LEADING_STAMP.match(text)
+        if m and _BARE_EXCEPTION.match(text, m.end()):
             stamp = m.group(0)
             pos = m.end()
     if style.pdsh:
