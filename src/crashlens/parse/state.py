@@ -185,9 +185,12 @@ class DoneTraceback:
     repeats: int = 0
     #: What it prints (:meth:`PartialTraceback.printed`), what a later round is compared with.
     printed: Printed = field(init=False)
+    #: The line before it announced a retry: handled, whatever follows.
+    retried: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.printed = self.tb.printed()
+        self.retried = RETRY_ANNOUNCED.search(self.tb.prelude) is not None
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
@@ -195,7 +198,7 @@ class DoneTraceback:
         run of timestamps, or anything a minute or more later."""
         if self.progressed or stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
             return True
-        if RETRY_ANNOUNCED.search(self.tb.prelude):
+        if self.retried:
             return True
         if self.time is None or not self.later:
             return False
@@ -209,6 +212,7 @@ class DoneTraceback:
         """Whether the lines after it can still change the verdict (the fast path feeds them)."""
         return (
             not self.progressed  # a later step: handled, whatever follows
+            and not self.retried  # so is an announced retry
             and len(self.later) < HANDLED_AFTER_STAMPS
             and stream_lines - self.lines_at_end <= HANDLED_AFTER_LINES
         )
