@@ -242,3 +242,14 @@ def test_a_headerless_paste_indented_as_a_block_keeps_its_exception() -> None:
     # frames at the usual two spaces: nothing is taken as a margin
     (plain,) = assemble("\n".join(line[2:] for line in text.splitlines())).done
     assert plain.exceptions[-1].type == "TypeError" and plain.exceptions[-1].lineno == 5
+
+
+def test_an_ipython_header_cut_where_the_paste_ends_still_opens_a_traceback() -> None:
+    # facebookresearch/detectron2#2861 (verbatim): the notebook output stops mid-header
+    asm = TracebackAssembler()
+    assert asm.feed(1, "ProcessRaisedException                    Traceback (most re")
+    assert asm.current is not None and asm.ipython_type == "ProcessRaisedException"
+    # a line that only mentions the words is not a header
+    other = TracebackAssembler()
+    assert not other.feed(1, "see the Traceback (most recent call last) above")
+    assert other.current is None

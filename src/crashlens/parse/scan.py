@@ -25,7 +25,8 @@ from crashlens.ingest.read import Readable
 
 #: Lines that start multi-line state even when no detector literal is on them.
 STRUCTURAL_TRIGGERS = (
-    "Traceback (most recent call last)",
+    # (a header cut where a paste ends still starts one: IPython's, ``X    Traceback (most re``)
+    "Traceback (most re",
     # A frame whose traceback header a paste lost; a final exception line on its own.
     'File "',
     "Error: ",

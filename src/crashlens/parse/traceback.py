@@ -36,9 +36,9 @@ _FAULT_FRAME = lazyre.compile_regex(
     r'\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)'
 )
 _RICH_FRAME = lazyre.compile_regex(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
-_IPY_HEADER = lazyre.compile_regex(
-    r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)"
-)
+#: IPython's header (``ValueError      Traceback (most recent call last)``), also as a paste that
+#: ends in the middle of it: the type before the column of spaces says what was raised.
+_IPY_HEADER = lazyre.compile_regex(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most re")
 _IPY_FRAME = lazyre.compile_regex(
     r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
@@ -372,7 +372,7 @@ class TracebackAssembler:
             self.current.headerless = True
             self.current.begin_exception(lineno, text)
             return True
-        if "Traceback (most recent call last)" in text:
+        if "Traceback (most re" in text:
             m = _IPY_HEADER.match(text)
             if m:
                 self._start(lineno, text, State.IPYTHON)
