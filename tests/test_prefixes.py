@@ -247,3 +247,17 @@ def test_a_stamp_before_an_exceptions_last_line_is_a_tools_in_any_file() -> None
     # a logger's own record keeps its stamp: the level comes first
     record = "2022-01-23 02:08:36,029 ERROR tarfile.ReadError: unexpected end of data"
     assert strip(record, style) == (record, strip("", style)[1])
+
+
+def test_a_progress_bars_padding_is_not_a_pasted_margin() -> None:
+    # tqdm without a description right-aligns its percentage: "  7%|" (benchmarks' tqdm mix)
+    bars = ["   0%|          | 1/5000 [01:00<10:00,  1.52it/s]\r   7%|          | 1/5000"] * 3
+    assert sniff_style(bars).margin == ""
+    # an indented paste keeps its margin even when a bar is among its lines
+    paste = [
+        "  7%|#   | 1/5000 [01:07<10:00,  1.52it/s]",
+        "    Traceback (most recent call last):",
+        '      File "train.py", line 1, in <module>',
+        "    ValueError: x",
+    ]
+    assert sniff_style(paste).margin == "    "

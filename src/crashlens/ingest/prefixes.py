@@ -36,6 +36,8 @@ _NEEDS_STAMP_STRIP = lazyre.compile_regex(
 )
 #: An exception's final line, as Python prints it (bare: a logger puts its level first).
 _BARE_EXCEPTION = lazyre.compile_regex(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):")
+#: A tqdm bar without a description: its percentage, right-aligned, then the bar.
+_BAR_START = lazyre.compile_regex(r" {0,4}\d{1,3}%\|")
 #: The deepest margin a pasted block (or a traceback header) may be indented by: deeper, the
 #: lines are quoted inside something else.
 MAX_MARGIN = 24
@@ -121,8 +123,13 @@ def _double_spaced(raw: list[str]) -> bool:
 
 def _common_margin(lines: list[str]) -> str:
     """The spaces every one of ``lines`` starts with, when there are at least two of them
-    (one is a console's stray space) and at most ``MAX_MARGIN``: a block a paste indented."""
-    width = min(len(line) - len(line.lstrip(" ")) for line in lines)
+    (one is a console's stray space) and at most ``MAX_MARGIN``: a block a paste indented.
+    A progress bar's own padding (tqdm right-aligns ``  7%|``) is not a paste's: bar lines
+    are left out of the count."""
+    text = [line for line in lines if "\r" not in line and not _BAR_START.match(line)]
+    if not text:
+        return ""
+    width = min(len(line) - len(line.lstrip(" ")) for line in text)
     return " " * width if 2 <= width <= MAX_MARGIN else ""
 
 
