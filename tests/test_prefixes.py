@@ -261,3 +261,10 @@ def test_a_progress_bars_padding_is_not_a_pasted_margin() -> None:
         "    ValueError: x",
     ]
     assert sniff_style(paste).margin == "    "
+
+
+def test_a_file_name_before_a_colon_is_not_a_pdsh_host() -> None:
+    # Dao-AILab/flash-attention#931 (verbatim): the loader's error posted alone
+    line = "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
+    assert not sniff_style([line]).pdsh
+    assert sniff_style(["node-01: step 1", "node-02: step 2", "gpu12.cluster: step 3"]).pdsh

@@ -38,6 +38,10 @@ _NEEDS_STAMP_STRIP = lazyre.compile_regex(
 _BARE_EXCEPTION = lazyre.compile_regex(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):")
 #: A tqdm bar without a description: its percentage, right-aligned, then the bar.
 _BAR_START = lazyre.compile_regex(r" {0,4}\d{1,3}%\|")
+#: A word that names a file by its extension: a shared library, a source file, a log.
+_FILE_NAME = lazyre.compile_regex(
+    r"\.(?:so(?:\.\d+)*|py|pyc|pyx|c|cc|cpp|cu|cuh|h|hpp|log|txt|json|ya?ml|sh|pth?|bin)$"
+)
 #: The deepest margin a pasted block (or a traceback header) may be indented by: deeper, the
 #: lines are quoted inside something else.
 MAX_MARGIN = 24
@@ -134,6 +138,10 @@ def _common_margin(lines: list[str]) -> str:
 
 
 def _looks_like_host(word: str) -> bool:
+    """A pdsh host label (``node-01``, ``gpu12.cluster``), not a file the line is about
+    (``flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: ...``)."""
+    if _FILE_NAME.search(word):
+        return False
     return any(c.isdigit() for c in word) or "." in word or "-" in word
 
 
