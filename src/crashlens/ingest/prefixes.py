@@ -27,15 +27,16 @@ _LEADING_STAMP = lazyre.compile_regex(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
 )
 _CONTAINER_STAMP = lazyre.compile_regex(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
+#: An exception's final line, as Python prints it (bare: a logger puts its level first).
+_BARE_EXCEPTION_RE = r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
+_BARE_EXCEPTION = lazyre.compile_regex(_BARE_EXCEPTION_RE)
 #: After a leading stamp, text no program stamps itself: an indented line, a traceback, a launcher
 #: prefix, a second stamp, a shell's own report (``/bin/bash: line 27: 318 Killed ...``), an
 #: exception's final line (Python prints it bare; a logger puts its level first).
 _NEEDS_STAMP_STRIP = lazyre.compile_regex(
-    r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: "
-    r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
+    r"\s|Traceback \(|\[default\d|\[rank\d|\d{4}-\d\d-\d\d[ T]|\S{1,300}: line \d+: |"
+    + _BARE_EXCEPTION_RE
 )
-#: An exception's final line, as Python prints it (bare: a logger puts its level first).
-_BARE_EXCEPTION = lazyre.compile_regex(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):")
 #: A tqdm bar without a description: its percentage, right-aligned, then the bar.
 _BAR_START = lazyre.compile_regex(r" {0,4}\d{1,3}%\|")
 #: A word that names a file by its extension: a shared library, a source file, a log.

@@ -23,7 +23,7 @@ from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import NCCL_MARK, BlockIndex, find_nccl
 from crashlens.parse.keyed import BlockKeys, block_keys
 from crashlens.parse.repeat import Repeat
-from crashlens.parse.state import RING, Stream
+from crashlens.parse.state import RING, Stream, numbered
 
 
 class LineParser(Protocol):
@@ -394,13 +394,5 @@ class FastPath:
         if not picked:
             return
         picked.sort()
-        tail = _numbered(self._block, keys.ends(), self._base, picked[-RING:])
+        tail = numbered(self._block, keys.ends(), self._base, picked[-RING:])
         stream.ring.extend_raw(tail, self.parser.style)
-
-
-def _numbered(
-    block: bytes, ends: list[int], base: int, lines: list[int]
-) -> list[tuple[int, bytes]]:
-    """Lines ``lines`` of ``block`` (whose newlines are at ``ends``) with their file line
-    numbers (the block's first line is ``base + 1``), for a ring."""
-    return [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]

@@ -267,18 +267,12 @@ class _ExactReader:
 
 def range_blocks(path: str | os.PathLike[str], start: int, end: int) -> Iterator[bytes]:
     """The blocks (see :func:`iter_blocks`) of a file's bytes ``[start, end)``; both are line
-    starts (:func:`split_points`), and the blocks depend on the bytes alone."""
+    starts (:func:`ramp_points`), and the blocks depend on the bytes alone."""
     fd = os.open(path, os.O_RDONLY)
     try:
         yield from iter_blocks(_ExactReader(fd, start, end))
     finally:
         os.close(fd)
-
-
-def split_points(path: str | os.PathLike[str], size: int, parts: int) -> list[int]:
-    """Offsets cutting a file of ``size`` bytes into about ``parts`` equal ranges at line
-    starts: ``[0, p1, ..., size]``."""
-    return line_starts_after(path, size, [k * size // parts for k in range(1, parts)])
 
 
 def ramp_points(path: str | os.PathLike[str], size: int, first: int, most: int) -> list[int]:

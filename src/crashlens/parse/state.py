@@ -52,6 +52,14 @@ class StreamKey(NamedTuple):
     host: str | None
 
 
+def numbered(
+    block: bytes, ends: Sequence[int], base: int, lines: list[int]
+) -> list[tuple[int, bytes]]:
+    """Lines ``lines`` of ``block`` (whose newlines are at ``ends``) with their file line
+    numbers (the block's first line is ``base + 1``), for a ring."""
+    return [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]
+
+
 class Ring:
     """A writer's last :data:`RING` lines as ``(lineno, text)``, oldest first.
 
@@ -87,8 +95,7 @@ class Ring:
         """Add block lines ``lines`` (ascending; line ``j`` ends at ``ends[j]`` and is file
         line ``base + j + 1``) as :meth:`extend_raw` would, without cutting them yet."""
         if len(lines) >= RING:
-            self._lines.clear()  # all pushed out by the new ones
-            self._lazy = None
+            self._lines.clear()  # all pushed out by the new ones (the deferred ones too)
         else:
             self._flush()
         self._style = style
@@ -98,10 +105,7 @@ class Ring:
         lazy = self._lazy
         if lazy is not None:
             self._lazy = None
-            block, ends, base, lines = lazy
-            self._lines.extend(
-                [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]
-            )
+            self._lines.extend(numbered(*lazy))
 
     def _line(self, index: int) -> tuple[int, str]:
         lineno, text = self._lines[index]
