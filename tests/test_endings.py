@@ -113,3 +113,34 @@ def test_the_sigabrt_a_watchdog_terminate_brings_about_is_no_cause_either(tmp_pa
     assert report.primary is not None
     assert report.primary.rule_id == "nccl-watchdog-timeout"
     assert [c.rule_id for c in report.causes if c.kind == "cause"] == []
+
+
+def test_a_warning_that_is_the_processs_last_words_is_where_it_stopped(tmp_path: Path) -> None:
+    # the c10d store's warning that a host name does not resolve: harmless when the job goes
+    # on, the reason it stopped when it is the last thing the process printed
+    # (nyu-systems/Grendel-GS#9, verbatim; the rule's fixtures hold both).
+    warning = (
+        "[W socket.cpp:601] [c10d] The IPv6 network addresses of (node-01, 53821) cannot be "
+        "retrieved (gai error: -3 - Temporary failure in name resolution).\n"
+    )
+    log = tmp_path / "console.log"
+    log.write_text(warning)
+    report = analyze([log])
+    assert report.primary is not None
+    assert report.primary.rule_id == "rendezvous-host-unresolved"
+    # the same warning, then training steps (a real run's lines) and trailing blank lines
+    log.write_text(warning + "step 1 loss 1.0000\nstep 2 loss 0.5000\n")
+    assert analyze([log]).primary is None
+    log.write_text(warning + "\n\n")
+    report = analyze([log])
+    assert report.primary is not None
+    assert report.primary.rule_id == "rendezvous-host-unresolved"
+
+
+def test_a_private_modules_exception_type_stands_as_a_bare_final_line(tmp_path: Path) -> None:
+    # puzer/stylegan-encoder#17 (verbatim): only the exception line was posted
+    log = tmp_path / "console.log"
+    log.write_text("_pickle.UnpicklingError: invalid load key, '<'.\n")
+    report = analyze([log])
+    assert report.primary is not None
+    assert report.primary.match.rule.cls == "corrupt_data"

@@ -268,3 +268,16 @@ def test_a_file_name_before_a_colon_is_not_a_pdsh_host() -> None:
     line = "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
     assert not sniff_style([line]).pdsh
     assert sniff_style(["node-01: step 1", "node-02: step 2", "gpu12.cluster: step 3"]).pdsh
+
+
+def test_a_qualified_class_name_before_a_colon_is_not_a_pdsh_host() -> None:
+    # zilliztech/VectorDBBench#199 (verbatim): pyarrow's type has no "Error" in its name
+    line = (
+        "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer. Either the file is "
+        "corrupted or this is not a parquet file."
+    )
+    assert not sniff_style([line]).pdsh
+    assert not sniff_style(["zipfile.BadZipFile: File is not a zip file"]).pdsh
+    assert not sniff_style(["queue.Empty: "]).pdsh
+    # hosts are lowercase (or all capitals): still hosts
+    assert sniff_style(["gpu12.cluster: step 1", "NODE-01.LAB: step 2", "node-3: step 3"]).pdsh

@@ -292,3 +292,20 @@ def test_at_least_must_be_a_small_whole_number(tmp_path: Path, bad: str) -> None
     root = _rules(tmp_path, repeated=f"condition:\n  any: [err]\n  at_least: {bad}\n")
     with pytest.raises(RuleError, match="at_least"):
         load_rules([root], include_default=False, strict=True)
+
+
+def test_last_words_lets_one_final_finding_meet_at_least(tmp_path: Path) -> None:
+    (tmp_path / "stuck.yaml").write_text(
+        RULE.format(id="stuck", extra="condition: {any: [err], at_least: 3, last_words: true}")
+    )
+    rules = load_rules([tmp_path], include_default=False, strict=True)
+    ev = Evidence("a.log", 1, 0, None, 1.0, False, "MYFW-NCCL failure")
+    once = Hit("stuck", "err", ev, {})
+    last = Hit("stuck", "err", ev, {}, last_words=True)
+    assert match([once], rules) == []
+    assert [m.rule.id for m in match([last], rules)] == ["stuck"]
+    (tmp_path / "stuck.yaml").write_text(
+        RULE.format(id="stuck", extra="condition: {any: [err], last_words: 'yes'}")
+    )
+    with pytest.raises(RuleError, match="'last_words' must be true or false"):
+        load_rules([tmp_path], include_default=False, strict=True)

@@ -196,7 +196,9 @@ def _evaluate_group(cond: Condition, hits: list[Hit]) -> list[Hit]:
             return []
         positive = [h for h in positive if not _near(h, negatives, cond.within)]
     unique = list({id(h): h for h in positive}.values())
-    return unique if len(unique) >= cond.at_least else []
+    if len(unique) >= cond.at_least or (cond.last_words and any(h.last_words for h in unique)):
+        return unique
+    return []
 
 
 def _co_occurring(cond: Condition, by_det: dict[str, list[Hit]]) -> list[Hit]:

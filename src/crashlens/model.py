@@ -153,6 +153,9 @@ class Traceback:
     #: Identical tracebacks its writer printed after it, each one handled (a retry loop):
     #: folded into this one, which stands for them all.
     repeats: int = 0
+    #: The writer's local rank when only that is known (a torch.multiprocessing.spawn child's
+    #: process index); align turns it into ``rank`` where the job says how.
+    local_rank: int | None = None
 
     def __reduce__(self) -> _Call:
         return _constructor_call(self)
@@ -257,6 +260,8 @@ class Hit:
     fatal: bool | None = None
     #: The reserved fields, typed (from ``fields`` unless given).
     roles: Roles = field(default_factory=lambda: _UNSET_ROLES)
+    #: Its line is the last its writer printed (nothing after it but blank lines).
+    last_words: bool = False
 
     def __post_init__(self) -> None:
         if self.roles is _UNSET_ROLES:

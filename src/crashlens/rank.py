@@ -443,6 +443,8 @@ def first_failure(matches: list[Match], timeline: Timeline) -> FirstFailure | No
         first = _first(pick, "crash", rule_id)
         if first.rank is None:
             first = _with_rank(first, [h for h in cause_hits if h.rule_id == rule_id])
+        if first.rank is None:
+            first = _line_rank(first, [h for m in matches for h in m.hits])
         return first
     symptom_tbs = {h.traceback_id for m in matches if m.rule.kind == "symptom" for h in m.hits}
     fatal_tbs = [tb for tb in timeline.tracebacks if tb.fatal and tb.id not in symptom_tbs]
@@ -517,6 +519,22 @@ def _with_rank(first: FirstFailure, same_rule: list[Hit]) -> FirstFailure:
         ):
             return dataclasses.replace(first, rank=ev.rank, host=first.host or ev.host)
     return first
+
+
+def _line_rank(first: FirstFailure, hits: list[Hit]) -> FirstFailure:
+    """A rank-less first failure takes the rank another finding on the same line knows:
+    spawn's "process 1 terminated with signal SIGKILL" is a child's local rank to the
+    launcher rule, a kill to the signal rule."""
+    ranks = {
+        h.evidence.rank
+        for h in hits
+        if h.evidence.rank is not None
+        and h.evidence.file == first.file
+        and h.evidence.line == first.line
+    }
+    if len(ranks) != 1:
+        return first
+    return dataclasses.replace(first, rank=ranks.pop())
 
 
 #: Exit codes of a worker torn down by its launcher or watchdog, not failing on its own:

@@ -80,7 +80,8 @@ class Condition:
 
     ``within`` bounds, in seconds, how far apart the co-occurring signals may be; ``at_least``
     is how many hits a group needs (a line that only means failure when it repeats: a retry
-    loop that never gets through).
+    loop that never gets through); with ``last_words``, one hit that is the last line its
+    writer printed is enough (the process stopped right after saying it).
     """
 
     any: tuple[str, ...] = ()
@@ -89,6 +90,7 @@ class Condition:
     within: float | None = None
     same: Same = "rank"
     at_least: int = 1
+    last_words: bool = False
 
 
 #: ``facts.test`` values of a fact-only rule (see docs/rules.md, "Rules on facts").

@@ -43,6 +43,9 @@ _BAR_START = lazyre.compile_regex(r" {0,4}\d{1,3}%\|")
 _FILE_NAME = lazyre.compile_regex(
     r"\.(?:so(?:\.\d+)*|py|pyc|pyx|c|cc|cpp|cu|cuh|h|hpp|log|txt|json|ya?ml|sh|pth?|bin)$"
 )
+#: A dotted name ending in a CamelCase class (``pyarrow.lib.ArrowInvalid``, ``zipfile.BadZipFile``,
+#: ``queue.Empty``): an exception's qualified type, not a host label (hosts are lowercase).
+_QUALIFIED_CLASS = lazyre.compile_regex(r"\.[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
 #: The deepest margin a pasted block (or a traceback header) may be indented by: deeper, the
 #: lines are quoted inside something else.
 MAX_MARGIN = 24
@@ -141,7 +144,7 @@ def _common_margin(lines: list[str]) -> str:
 def _looks_like_host(word: str) -> bool:
     """A pdsh host label (``node-01``, ``gpu12.cluster``), not a file the line is about
     (``flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: ...``)."""
-    if _FILE_NAME.search(word):
+    if _FILE_NAME.search(word) or _QUALIFIED_CLASS.search(word):
         return False
     return any(c.isdigit() for c in word) or "." in word or "-" in word
 

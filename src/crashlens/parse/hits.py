@@ -19,6 +19,7 @@ from crashlens.parse.state import (
     DoneTraceback,
     PendingHit,
     Stream,
+    spawn_child,
     stamp_setter,
 )
 from crashlens.parse.traceback import PartialTraceback, Printed
@@ -196,7 +197,11 @@ class HitCollector:
     def freeze(self, hit: PendingHit, verdicts: Verdicts) -> Hit:
         """The final :class:`Hit`: rank and host settled, the traceback's verdict applied."""
         stream = hit.stream
-        roles = self._roles(hit.fields)
+        fields = hit.fields
+        child = spawn_child(hit.tb) if hit.tb is not None else None
+        if child is not None and "rank" not in fields and "local_rank" not in fields:
+            fields = {**fields, "local_rank": str(child)}  # spawn's child N: its local rank
+        roles = self._roles(fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if rank is None:
             rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")
@@ -227,11 +232,20 @@ class HitCollector:
                 text=hit.text,
                 context=hit.context,
             ),
-            fields=hit.fields,
+            fields=fields,
             traceback_id=tb_id,
             fatal=fatal,
             roles=roles,
+            last_words=hit.tb is None and hit.lineno == last_said(stream),
         )
+
+
+def last_said(stream: Stream) -> int | None:
+    """The number of the last line ``stream``'s writer printed that is not blank (if in view)."""
+    for lineno, text in reversed(stream.ring):
+        if text.strip():
+            return lineno
+    return None
 
 
 def _holds_literal(det: Detector, text: str) -> bool:

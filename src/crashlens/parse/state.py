@@ -41,7 +41,18 @@ RETRY_ANNOUNCED = lazyre.compile_regex(
 )
 STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 #: Exceptions a launcher raises to report that a child process failed.
-LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "ProcessExitedException")
+LAUNCHER_EXCEPTIONS = (
+    "ChildFailedError",
+    "CalledProcessError",
+    "ProcessExitedException",
+    "ProcessRaisedException",
+)
+#: torch.multiprocessing.spawn's report of a child's exception (spawn.py ``join``): the child's
+#: traceback follows this line, inside the parent's ProcessRaisedException (a bare Exception
+#: before torch 1.5). The number is the child's process index, its local rank.
+SPAWN_CHILD = lazyre.compile_regex(
+    r"-- Process (?P<index>\d+) terminated with the following error:\s*$"
+)
 
 
 class StreamKey(NamedTuple):
@@ -344,8 +355,25 @@ class Stream:
 
 
 def launcher_report(tb: PartialTraceback) -> bool:
-    """Whether a traceback is a launcher's report of a failed child."""
-    return tb.exceptions[-1].type.rsplit(".", 1)[-1] in LAUNCHER_EXCEPTIONS
+    """Whether a traceback is a launcher's report of a failed child: one of the launchers'
+    exceptions, or what torch.multiprocessing.spawn's ``join`` raised (torch < 1.5 raised a
+    bare ``Exception`` carrying the child's traceback)."""
+    final = tb.exceptions[-1]
+    if final.type.rsplit(".", 1)[-1] in LAUNCHER_EXCEPTIONS:
+        return True
+    last = final.frames[-1] if final.frames else None
+    return (
+        last is not None
+        and last.function == "join"
+        and last.file.replace("\\", "/").endswith("torch/multiprocessing/spawn.py")
+    )
+
+
+def spawn_child(tb: PartialTraceback) -> int | None:
+    """The process index of the torch.multiprocessing.spawn child whose traceback ``tb`` is
+    (spawn's parent printed it after ``-- Process N terminated with the following error:``)."""
+    m = SPAWN_CHILD.search(tb.prelude)
+    return int(m["index"]) if m else None
 
 
 def _group(tb: PartialTraceback) -> PartialTraceback:

@@ -49,6 +49,7 @@ from crashlens.parse.state import (
     Stream,
     StreamKey,
     launcher_report,
+    spawn_child,
     stamp_setter,
     time_setter,
 )
@@ -644,6 +645,10 @@ def _traceback(
     text = texts.get(lines)
     if text is None:
         text = texts[lines] = "\n".join(lines)
+    local = None
+    if stream.rank is None:
+        child = spawn_child(tb)
+        local = child if child is not None else stream.local_rank
     return Traceback(
         id=ident,
         source=stream.source,
@@ -656,6 +661,7 @@ def _traceback(
         time_inferred=done.inferred,
         fatal=fatal,
         repeats=done.repeats,
+        local_rank=local,
     )
 
 

@@ -239,7 +239,8 @@ def _bare_exception(text: str) -> bool:
     Warnings are not exceptions here, and a plain ``Error: ...`` is too common in ordinary
     log text to count; a colon (or a dotted, module-qualified type) is required.
     """
-    if not text[:1].isalpha() or not any(h in text for h in _BARE_HINTS):
+    # a private module's type counts too (``_pickle.UnpicklingError``, ``_queue.Empty``)
+    if not (text[:1].isalpha() or text[:1] == "_") or not any(h in text for h in _BARE_HINTS):
         return False
     m = _EXC_LINE.fullmatch(text)
     if m is None or m["type"] in ("Error", "Exception") or m["type"].endswith("Warning"):

@@ -48,7 +48,7 @@ _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
 _GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
 _ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
-_CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least"}
+_CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least", "last_words"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FACT_KEY = lazyre.compile_regex(r"^[a-z][a-z0-9_]{0,63}$")
@@ -664,6 +664,9 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
     at_least = value.get("at_least", 1)
     if isinstance(at_least, bool) or not isinstance(at_least, int) or not 1 <= at_least <= 20:
         raise _fail("condition 'at_least' must be a whole number from 1 to 20", path, value)
+    last_words = value.get("last_words", False)
+    if not isinstance(last_words, bool):
+        raise _fail("condition 'last_words' must be true or false", path, value)
     return Condition(
         any=parts["any"],
         all=parts["all"],
@@ -671,4 +674,5 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
         within=float(within) if within is not None else None,
         same=same,
         at_least=at_least,
+        last_words=last_words,
     )
