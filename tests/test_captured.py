@@ -3,7 +3,8 @@
 ``fixtures/captured/<repro>/<layout>[-<param><rank>]/`` holds the logs of real runs
 (``python -m crashlens.repro.capture --matrix``): torchrun's default console, ``--tee 3``,
 ``--tee 3`` with a ``--log-dir`` tree, ``--log-dir`` with ``--redirects 3``, the tree with a
-console that shows rank 0 alone (``--local-ranks-filter 0``), and plain python;
+console that shows rank 0 alone (``--local-ranks-filter 0``), the job started by
+``torch.multiprocessing.spawn`` instead, and plain python;
 multi-rank repros once for every rank they can be told to break. ``expected.yaml`` records
 the class and the first failing rank from the injection (never from crashlens's output), the
 layout, the command and the torch version.
@@ -31,6 +32,7 @@ def test_the_matrix_covers_the_layouts_and_ranks() -> None:
         "tee-console",
         "redirects",
         "python",
+        "spawn",
     }
     assert sum(e["first_failure_rank"] is not None for e in expected) >= 30
     assert all(e["torch"] and e["command"] for e in expected)

@@ -408,3 +408,25 @@ def test_a_deep_run_directory_gets_a_short_tmpdir_for_worker_sockets(tmp_path: P
     short = Path("/tmp")
     with short_tmpdir(short, "0123456789abcdef") as same:
         assert same == short
+
+
+def test_the_spawn_layout_starts_a_torchrun_repro_with_mp_spawn(tmp_path: Path) -> None:
+    """The capture matrix's ``spawn`` cell, run for real: the user's launch.py spawns the
+    ranks, spawn's parent reports the failing child, and the diagnosis is the repro's."""
+    if not HAS_TORCH:
+        pytest.skip("the live repro runs need the repro extra: pip install 'crashlens[repro]'")
+    from crashlens.repro.capture import Variant, capture_one, discover
+
+    (spec,) = [s for s in discover() if s.id == "port_in_use"]
+    status, message = capture_one(spec, tmp_path, variant=Variant("spawn"))
+    assert status == "ok", message
+    cell = tmp_path / "port_in_use" / "spawn"
+    expected = yaml.safe_load((cell / "expected.yaml").read_text())
+    assert expected["layout"] == "spawn"
+    assert "launch.py --nprocs 2" in expected["command"]
+    console = (cell / "console.log").read_text()
+    assert "ProcessRaisedException" in console
+    assert "-- Process 0 terminated with the following error:" in console
+    report = analyze([cell])
+    assert report.primary is not None
+    assert report.primary.match.rule.cls == expected["top_class"] == "rendezvous_failure"

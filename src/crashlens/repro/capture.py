@@ -37,6 +37,7 @@ from .sandbox import (
     CONSOLE_LOG,
     FLIGHT_RECORDER_DIR,
     RUN_MARKER,
+    SPAWN_LAYOUT,
     TORCHRUN_LAYOUTS,
     TORCHRUN_LOG_DIR,
     TRAIN_LOG,
@@ -453,6 +454,12 @@ OTHER_PARAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     # the failing step: before any step completed everywhere, mid-run, late
     "rank_exception_cascade": ("bad-step", ("1", "4", "7")),
 }
+#: Repros the ``spawn`` layout cannot start as they are meant to run, and why.
+NOT_SPAWNED: dict[str, str] = {
+    # it turns on TORCH_DISTRIBUTED_DEBUG when the script starts, which c10d reads when it is
+    # imported: under spawn's launcher torch is imported first, and the check never runs
+    "collective_desync": "sets TORCH_DISTRIBUTED_DEBUG after torch.distributed is imported",
+}
 DEFAULT_MATRIX_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "captured"
 DEFAULT_FLIGHT_OUT = Path(__file__).resolve().parents[3] / "fixtures" / "flight"
 #: The runs whose Flight Recorder dumps are fixtures (``--flight``): each way a rank leaves the
@@ -483,7 +490,8 @@ def matrix_of(spec: ReproSpec) -> list[Variant]:
     ranks = RANK_PARAMS.get(spec.id)
     others = OTHER_PARAMS.get(spec.id)
     out = []
-    for layout in TORCHRUN_LAYOUTS:
+    spawned = () if spec.id in NOT_SPAWNED else (SPAWN_LAYOUT,)
+    for layout in (*TORCHRUN_LAYOUTS, *spawned):
         if ranks is None:
             out.append(Variant(layout))
             continue
@@ -515,6 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="capture the runs that write Flight Recorder dumps into fixtures/flight/",
     )
     parser.add_argument(
+        "--layout",
+        nargs="+",
+        metavar="LAYOUT",
+        help="with --matrix: capture only these layouts (e.g. spawn)",
+    )
+    parser.add_argument(
         "--keep-workdir", action="store_true", help="do not delete the temporary working dirs"
     )
     args = parser.parse_args(argv)
@@ -534,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for spec in specs:
         cells: list[Variant | None] = list(matrix_of(spec)) if args.matrix else [None]
+        if args.matrix and args.layout:
+            cells = [c for c in cells if c is not None and c.layout in args.layout]
         out = DEFAULT_MATRIX_OUT if args.matrix and args.out == DEFAULT_OUT else args.out
         if args.flight:
             cells = list(FLIGHT_CELLS.get(spec.id, ()))

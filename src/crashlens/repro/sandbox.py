@@ -47,6 +47,8 @@ CONSOLE_LOG = "console.log"
 #: ``filtered-console``: the tree and ``--tee 3``, with ``--local-ranks-filter 0`` (the console
 #: shows rank 0 alone, as many users keep it).
 TORCHRUN_LAYOUTS = ("tee", "default", "tee-console", "redirects", "filtered-console")
+#: A torchrun repro started by torch.multiprocessing.spawn instead (one console, no prefixes).
+SPAWN_LAYOUT = "spawn"
 #: Directory (inside the workdir) given to ``torchrun --log-dir``.
 TORCHRUN_LOG_DIR = "torchrun_logs"
 #: Where a run that records collectives (``fr=yes``) has its ranks write Flight Recorder dumps.
@@ -55,6 +57,10 @@ FLIGHT_RECORDER_DIR = "flight_recorder"
 FLIGHT_RECORDER_PREFIX = "comm_lib_trace_rank_"
 #: The module (in ``scripts/``) that ``fr=yes`` scripts import to write their dumps.
 FLIGHT_RECORDER_HELPER = "_flight_recorder.py"
+#: The launcher of the ``spawn`` layout (torch.multiprocessing.spawn), copied beside the script.
+SPAWN_LAUNCHER = "_spawn_launch.py"
+#: Its name in the run directory: the user's own launch script.
+SPAWN_SCRIPT = "launch.py"
 #: Entries each rank's Flight Recorder keeps (``TORCH_FR_BUFFER_SIZE``).
 FLIGHT_RECORDER_ENTRIES = 2000
 
@@ -255,6 +261,11 @@ def build_command(
     if launcher == "torchrun":
         if master_port is None:
             raise ValueError("torchrun needs master_port")
+        if layout == SPAWN_LAYOUT:
+            # torchrun's job started by the user's own mp.spawn launcher instead
+            launch = script.parent / SPAWN_SCRIPT
+            return [sys.executable, str(launch), "--nprocs", str(ranks),
+                    "--master-port", str(master_port), str(script), *script_args]  # fmt: skip
         if layout not in TORCHRUN_LAYOUTS:
             raise ValueError(f"unknown torchrun layout {layout!r}")
         if layout in ("tee", "redirects", "filtered-console") and log_dir is None:
@@ -502,6 +513,8 @@ def run_script(
     if flight_recorder:
         # The scripts that write Flight Recorder dumps share the helper that writes them.
         shutil.copy2(Path(__file__).parent / "scripts" / FLIGHT_RECORDER_HELPER, workdir)
+    if launcher == "torchrun" and layout == SPAWN_LAYOUT:
+        shutil.copy2(Path(__file__).parent / "scripts" / SPAWN_LAUNCHER, workdir / SPAWN_SCRIPT)
     log_root = log_root if log_root is not None else workdir
     log_root.mkdir(parents=True, exist_ok=True)
     log_dir: Path | None = None
