@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, sniff_style, strip
 
 
@@ -281,3 +283,73 @@ def test_a_qualified_class_name_before_a_colon_is_not_a_pdsh_host() -> None:
     assert not sniff_style(["queue.Empty: "]).pdsh
     # hosts are lowercase (or all capitals): still hosts
     assert sniff_style(["gpu12.cluster: step 1", "NODE-01.LAB: step 2", "node-3: step 3"]).pdsh
+
+
+def _regex_ids(keys: object, block: bytes) -> tuple[list[int], tuple[bytes, ...]]:
+    from crashlens.ingest.prefixes import PrefixKeys
+
+    assert isinstance(keys, PrefixKeys)
+    found = keys.keys(block, 0, len(block), block.count(b"\n"))
+    table = {key: i for i, key in enumerate(dict.fromkeys(found))}
+    return [table[key] for key in found], tuple(table)
+
+
+def test_a_consoles_keys_read_with_numpy_are_the_regexs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The vectorised read of a combined console's "[name]:" keys gives the ids and the table
+    # (in order of first appearance) that a regex match per line gives: on every fixture and
+    # corpus log with bracketed prefixes, and on lines built to sit at its window's edges.
+    import random
+    from pathlib import Path
+
+    from crashlens.ingest.prefixes import key_pattern
+    from crashlens.parse import index
+
+    monkeypatch.setattr(index, "DENSE_FALLBACK_SHARE", 1.0)  # never hand a block back
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for path in sorted([*root.glob("fixtures/**/*.log"), *root.glob("corpus/*/*/*.log")]):
+        data = path.read_bytes()
+        if b"]:" not in data:
+            continue
+        data = data if data.endswith(b"\n") else data + b"\n"
+        keys = key_pattern(sniff_style(data.decode("utf-8", "replace").splitlines()[:200]))
+        if not keys.bracketed:
+            continue
+        found = index.dense_ids(data, keys)
+        assert found is not None
+        assert (list(found[0]), found[1]) == _regex_ids(keys, data), path
+        checked += 1
+    assert checked > 100
+    pieces = [
+        *(b"[rank%d]: " % i for i in range(12)),
+        b"[rank1]:", b"[default3]:", b"[default0]:[rank0]: ", b"[pod/ns/x] ", b"[1,0]<stdout>:",
+        b"[1,2]<stderr>: [rank1]: ", b"[W socket.cpp:601] ", b"[abcdefghijklmnopqrstuvwxyz]: ",
+        b"[abcdefghijklmn]: ", b"[abcdefghijklm]: ", b"[abcdefghijkl]:", b"[]: ", b"[a:b]: ", b"[",
+        b"", b"[x]", b"[x]:[y]: ", b"[_a]:", b"[9]: ", b"[p]: ", b"[pod]: ", b"\xc3\xa9[rank2]: ",
+        b"[r\xc3\xa9]: ", b"[rank0]:[W x] ", b"[Rank 3]: ",
+    ]  # fmt: skip
+    tails = [b"step 1 loss 2", b"", b"Traceback (most recent call last):", b"x: y", b"]: z"]
+    rng = random.Random(7)
+    keys = key_pattern(PrefixStyle())
+    for _ in range(300):
+        lines = [rng.choice(pieces) + rng.choice(tails) for _ in range(rng.randint(1, 300))]
+        if rng.random() < 0.7:
+            lines = [b"[rank%d]: " % rng.randint(0, 5) + line for line in lines]
+        block = b"\n".join(lines) + b"\n"
+        found = index.dense_ids(block, keys)
+        assert found is not None
+        assert (list(found[0]), found[1]) == _regex_ids(keys, block), lines
+
+
+def test_a_console_is_told_from_its_head() -> None:
+    from pathlib import Path
+
+    from crashlens.parse import reads_as_console
+
+    root = Path(__file__).resolve().parents[1]
+    consoles = sorted(
+        root.glob("fixtures/captured/rank_exception_cascade/tee-console-*/console.log")
+    )
+    assert consoles and all(reads_as_console(p) for p in consoles)
+    assert not reads_as_console(root / "fixtures/captured/file_not_found/python/train.log")
+    assert not reads_as_console(root / "does-not-exist.log")

@@ -11,6 +11,7 @@ with :meth:`Session.parse_lines`. Reading many files in parallel is a :class:`Ru
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 import os
 import stat
@@ -63,6 +64,7 @@ from crashlens.parse import (
     parse_binary,
     parse_error_file,
     parse_lines,
+    reads_as_console,
     scanner_for,
 )
 from crashlens.parse.scan import BLOCK, TriggerScanner, ramp_points, range_blocks
@@ -149,6 +151,10 @@ class ForkRunner:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        if any(reads_as_console(c.path) for c in readable if id(c) in split):
+            # this process needs numpy for the console's blocks, and the workers reading their
+            # keys get it with the fork instead of each importing it
+            importlib.import_module("numpy")
         keep_freed_blocks()  # before the fork: the workers read most of the blocks
         context = multiprocessing.get_context("fork")
         with (

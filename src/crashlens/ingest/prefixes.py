@@ -275,6 +275,9 @@ class PrefixKeys:
         self._any = re.compile(b"\n" + stamp + _B_ANY)
         #: Whether :data:`PREFIX_MARKER` finds every line this style can prefix.
         self.marked = not stamp
+        #: Whether a prefix can only start with ``[`` at a line's start (no margin, stamp, srun
+        #: or pdsh label before it): what a vectorised read of the keys needs.
+        self.bracketed = self.marked and not self.every_line
 
     def single(self, block: bytes, start: int, end: int, mark: int | None = None) -> bool:
         """Whether no line of ``block[start:end]`` carries a prefix (one writer); ``mark``:
@@ -312,6 +315,15 @@ class PrefixKeys:
         keys: list[bytes] = self._rest.findall(block, start, end - 1)
         keys.insert(0, first.group(1) if first is not None else b"")
         return keys
+
+    def key_at(self, block: bytes, start: int, end: int) -> bytes:
+        """The key of the one line ``block[start:end]`` (as :meth:`keys` has it)."""
+        m = self._first.match(block, start, end)
+        return m.group(1) if m is not None else b""
+
+    def dense(self, block: bytes, start: int, end: int) -> bool:
+        """Whether ``block[start:end]`` reads as a combined console (see :meth:`_dense`)."""
+        return not self.every_line and self._dense(block, start, end)
 
     def _dense(self, block: bytes, start: int, end: int) -> bool:
         """Whether most of the first :data:`DENSE_SAMPLE` lines of ``block[start:end]``

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from crashlens.ingest.prefixes import PrefixStyle, sniff_style
+from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.model import FileResult, Source
 from crashlens.parse.index import BlockIndex, index_block, scanner_markers
@@ -31,6 +31,7 @@ __all__ = [
     "parse_binary",
     "parse_error_file",
     "parse_lines",
+    "reads_as_console",
     "scan_block",
     "scanner_for",
 ]
@@ -97,6 +98,22 @@ def parse_binary(
         if progress is not None:
             progress(len(block))
     return parser.close()
+
+
+def reads_as_console(path: Path) -> bool:
+    """Whether the plain file at ``path`` starts as a combined console of ``[name]:``-prefixed
+    lines, whose big blocks have their keys read with numpy (:func:`~crashlens.parse.index.
+    dense_ids`): a runner imports numpy once before forking its workers, instead of in each."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(256 * 1024)
+    except OSError:
+        return False
+    sample = _head_lines(head)
+    if not sample:
+        return False
+    prefixes = key_pattern(sniff_style(sample))
+    return prefixes.bracketed and prefixes.dense(head, 0, head.rfind(b"\n") + 1)
 
 
 def _head_lines(head: bytes) -> list[str]:

@@ -203,6 +203,9 @@ class HitCollector:
             fields = {**fields, "local_rank": str(child)}  # spawn's child N: its local rank
         roles = self._roles(fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
+        if child is not None:
+            # spawn's parent printed another process's traceback: the writer's rank is not its
+            rank = hit.rank_override
         if rank is None:
             rank = roles.rank  # a message naming its rank ("[Rank 3]", "process rank 3")
         if rank is None:

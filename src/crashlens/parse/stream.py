@@ -645,14 +645,16 @@ def _traceback(
     text = texts.get(lines)
     if text is None:
         text = texts[lines] = "\n".join(lines)
-    local = None
-    if stream.rank is None:
-        child = spawn_child(tb)
-        local = child if child is not None else stream.local_rank
+    rank, local = stream.rank, None
+    child = spawn_child(tb)
+    if child is not None:
+        rank, local = None, child  # spawn's parent printed its child's traceback
+    elif rank is None:
+        local = stream.local_rank
     return Traceback(
         id=ident,
         source=stream.source,
-        rank=stream.rank,
+        rank=rank,
         host=stream.host,
         start_line=tb.start_line,
         exceptions=tuple(tb.exceptions),
