@@ -112,7 +112,7 @@ def align(
     )
     one_node = single_node(hits, tracebacks)
     hits = join_hosts(join_local_ranks(join_pids(hits, ranks), rank_map, one_node))
-    tracebacks = [_traceback_rank(tb, rank_map, one_node) for tb in tracebacks]
+    tracebacks = [_traceback_rank(tb, one_node) for tb in tracebacks]
     hits.sort(key=lambda h: _order(h.evidence))
     tracebacks.sort(key=lambda t: (t.time is None, t.time or 0.0, t.source.path, t.start_line))
     return Timeline(
@@ -282,51 +282,39 @@ def wall_clock_for_uptime(hits: list[Hit]) -> list[Hit]:
 
 def single_node(hits: list[Hit], tracebacks: list[Traceback]) -> bool:
     """Whether the job ran on one node as far as its logs tell: they name at most one host,
-    and the writers known only by a local rank all wrote to one file (one console)."""
+    and the torch.multiprocessing.spawn children all were reported in one file (one parent)."""
     hosts = {h.evidence.host for h in hits if h.evidence.host}
     hosts.update(tb.host for tb in tracebacks if tb.host)
-    files = {h.evidence.file for h in hits if h.roles.local_rank is not None}
-    files.update(tb.source.path for tb in tracebacks if tb.local_rank is not None)
+    files = {h.evidence.file for h in hits if h.roles.spawn_index is not None}
+    files.update(tb.source.path for tb in tracebacks if tb.spawn_index is not None)
     return len(hosts) <= 1 and len(files) <= 1
-
-
-def _global_rank(
-    local: int | None, host: str | None, rank_map: Mapping[tuple[str, int], int], one_node: bool
-) -> int | None:
-    """The global rank of local rank ``local`` on ``host``: the launcher's mapping, else, on
-    a job of one node, the local rank itself (global and local ranks coincide there)."""
-    if local is None:
-        return None
-    if host:
-        rank = rank_map.get((host, local))
-        if rank is not None:
-            return rank
-    return local if one_node else None
 
 
 def join_local_ranks(
     hits: list[Hit], rank_map: Mapping[tuple[str, int], int], one_node: bool = False
 ) -> list[Hit]:
     """Attribute lines that name only a local rank: launcher lines (``--local_rank=1`` on a
-    host), a torch.multiprocessing.spawn child's traceback (its process index)."""
+    host, through the launcher's own mapping), and, on a job of one node, a
+    torch.multiprocessing.spawn child's (its process index is the rank there: spawn's scripts
+    take it for one, and a single node's local and global ranks coincide)."""
     out = []
     for h in hits:
         ev = h.evidence
-        if ev.rank is None:
-            rank = _global_rank(h.roles.local_rank, ev.host, rank_map, one_node)
-            if rank is not None:
-                h = dataclasses.replace(h, evidence=dataclasses.replace(ev, rank=rank))
+        rank = None
+        if ev.rank is None and ev.host and h.roles.local_rank is not None:
+            rank = rank_map.get((ev.host, h.roles.local_rank))
+        if ev.rank is None and rank is None and one_node:
+            rank = h.roles.spawn_index
+        if rank is not None:
+            h = dataclasses.replace(h, evidence=dataclasses.replace(ev, rank=rank))
         out.append(h)
     return out
 
 
-def _traceback_rank(
-    tb: Traceback, rank_map: Mapping[tuple[str, int], int], one_node: bool
-) -> Traceback:
-    if tb.rank is not None:
+def _traceback_rank(tb: Traceback, one_node: bool) -> Traceback:
+    if tb.rank is not None or tb.spawn_index is None or not one_node:
         return tb
-    rank = _global_rank(tb.local_rank, tb.host, rank_map, one_node)
-    return tb if rank is None else dataclasses.replace(tb, rank=rank)
+    return dataclasses.replace(tb, rank=tb.spawn_index)
 
 
 #: A rank-less hit joins a ranked hit of the same rule on its host only this close in time.

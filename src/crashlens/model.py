@@ -153,9 +153,9 @@ class Traceback:
     #: Identical tracebacks its writer printed after it, each one handled (a retry loop):
     #: folded into this one, which stands for them all.
     repeats: int = 0
-    #: The writer's local rank when only that is known (a torch.multiprocessing.spawn child's
-    #: process index); align turns it into ``rank`` where the job says how.
-    local_rank: int | None = None
+    #: The torch.multiprocessing.spawn child whose traceback this is (its process index), when
+    #: its parent printed it; align makes it the rank on a job of one node.
+    spawn_index: int | None = None
 
     def __reduce__(self) -> _Call:
         return _constructor_call(self)
@@ -185,6 +185,9 @@ class Roles:
 
     rank: int | None = None
     local_rank: int | None = None
+    #: The process index torch.multiprocessing.spawn gave the writer (``fn(i, ...)``): a local
+    #: rank by role, which scripts also use as the rank on one node.
+    spawn_index: int | None = None
     host: str | None = None
     pids: tuple[int, ...] = ()
     uptime_s: float | None = None
@@ -231,6 +234,7 @@ class Roles:
         return cls(
             rank=rank if rank is not None else _int(fields.get("tasks")),
             local_rank=_int(fields.get("local_rank")),
+            spawn_index=_int(fields.get("spawn_index")),
             host=fields.get("host"),
             pids=((pid,) if pid is not None else ()) + tuple(p for p in pids if p != pid),
             uptime_s=uptime,

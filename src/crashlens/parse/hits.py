@@ -199,8 +199,8 @@ class HitCollector:
         stream = hit.stream
         fields = hit.fields
         child = spawn_child(hit.tb) if hit.tb is not None else None
-        if child is not None and "rank" not in fields and "local_rank" not in fields:
-            fields = {**fields, "local_rank": str(child)}  # spawn's child N: its local rank
+        if child is not None and "spawn_index" not in fields:
+            fields = {**fields, "spawn_index": str(child)}  # spawn's child N
         roles = self._roles(fields)
         rank = hit.rank_override if hit.rank_override is not None else stream.rank
         if child is not None:

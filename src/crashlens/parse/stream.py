@@ -645,12 +645,9 @@ def _traceback(
     text = texts.get(lines)
     if text is None:
         text = texts[lines] = "\n".join(lines)
-    rank, local = stream.rank, None
     child = spawn_child(tb)
-    if child is not None:
-        rank, local = None, child  # spawn's parent printed its child's traceback
-    elif rank is None:
-        local = stream.local_rank
+    # spawn's parent printed its child's traceback: the writer's rank is not the child's
+    rank = stream.rank if child is None else None
     return Traceback(
         id=ident,
         source=stream.source,
@@ -663,7 +660,7 @@ def _traceback(
         time_inferred=done.inferred,
         fatal=fatal,
         repeats=done.repeats,
-        local_rank=local,
+        spawn_index=child,
     )
 
 
