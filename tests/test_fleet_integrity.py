@@ -29,8 +29,12 @@ pytestmark = pytest.mark.skipif(
 OOM = (Path(__file__).parents[1] / "fixtures/gpu/cuda_oom_single/train.log").read_text()
 
 SLOW_RUN = """
-import sys, time
+import signal, sys, time
 from crashlens.fleet import run_triage
+
+# a terminal's Ctrl-C: Python leaves SIGINT ignored when it inherits it so (a shell's
+# background job), which is not what a user at a prompt has
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def slow(done, total, outcome):
     print(done, flush=True)

@@ -50,3 +50,10 @@ def test_doubled_line_breaks_keep_a_message_whole(tmp_path: Path) -> None:
     # line would end it there
     (case,) = [c for c in RIGHT if c.id == "bfs18-e2_tts-21"]
     assert metamorphic.changed([case], "double_spaced", RULES, tmp_path) == []
+
+
+def test_a_terminals_hard_wrap_mostly_keeps_the_diagnosis(tmp_path: Path) -> None:
+    # a paste a terminal cut at 100 columns: read with its cut lines joined again (45 of the
+    # right tune cases changed before; those left are pastes too short to show the width)
+    changed = metamorphic.changed(RIGHT, "wrapped", RULES, tmp_path)
+    assert len(changed) <= 0.05 * len(RIGHT), changed

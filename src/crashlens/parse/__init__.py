@@ -10,6 +10,7 @@ from pathlib import Path
 
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
+from crashlens.ingest.unwrap import unwrap, wrap_width
 from crashlens.model import FileResult, Source
 from crashlens.parse.index import BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
@@ -79,11 +80,15 @@ def parse_binary(
     no year-less timestamp is put after it (see :class:`~crashlens.parse.clock.Clock`).
     """
     head = stream.read(256 * 1024) if encoding == "utf-8" else b""
-    if not fast_path_ok(source, encoding, scanner):
+    sample = _head_lines(head)
+    # a paste a terminal hard-wrapped is read line by line, its wrapped lines joined again
+    width = wrap_width(sample) if indexed is None else None
+    if width is not None or not fast_path_ok(source, encoding, scanner):
         lines = iter_lines(stream, encoding, head=head)
+        if width is not None:
+            lines = unwrap(lines, width)
         return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
     assert scanner is not None
-    sample = _head_lines(head)
     style = sniff_style(sample) if sample else PrefixStyle()
     parser = FileParser(
         source, rules, matcher, year=year, style=style, tb_ids=tb_ids, ceiling=ceiling

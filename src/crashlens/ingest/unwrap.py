@@ -1,0 +1,106 @@
+"""Undo a terminal's hard wrap: a paste copied from a terminal (tmux, screen, a notebook cell)
+cuts every line longer than the terminal at exactly its width, so ``Traceback (most recent
+call last):``, an exception's type or a long path may be split over two lines.
+
+A wrapped file is told by its line lengths: no line is longer than one width, and many lines
+are exactly that long (a spike: lines one or two characters shorter are rare), far more than
+lines of a log happen to share a length. Its lines of that length are then joined with the
+line after them, as the terminal printed them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from crashlens import lazyre
+
+#: Narrower than this, a wrap would cut most lines of a log: not a terminal's width.
+MIN_WIDTH = 60
+#: Lines of exactly the width a wrapped sample holds at least (a share of its text lines and a
+#: count), and how many times more of them than of lines one to three characters shorter.
+MIN_SHARE = 0.05
+MIN_LINES = 3
+SPIKE = 3
+
+
+def wrap_width(lines: Iterable[str]) -> int | None:
+    """The width ``lines`` (a file's first lines) were hard-wrapped at, or None."""
+    raw = list(lines)
+    texts = [line for line in raw if line.strip()]
+    if len(texts) < MIN_LINES + 1:
+        return None
+    lengths = Counter(len(line) for line in texts)
+    width = max(lengths)
+    if width < MIN_WIDTH:
+        return None
+    at = lengths[width]
+    if at < MIN_LINES or at < MIN_SHARE * len(texts):
+        return None
+    near = max(lengths.get(width - k, 0) for k in (1, 2, 3))
+    if at < SPIKE * max(near, 1):
+        return None
+    # What follows a cut line goes on with it; lines that merely share a length (one message
+    # per rank, a rich box's rows) are followed by records of their own.
+    cut = [(a, b) for a, b in itertools.pairwise(raw) if len(a) == width]
+    going_on = [a for a, b in cut if _goes_on(a, b)]
+    if len(set(going_on)) < MIN_LINES or 3 * len(going_on) < 2 * len(cut):
+        return None
+    return width
+
+
+def _goes_on(line: str, after: str) -> bool:
+    """Whether ``after`` reads as the rest of ``line`` cut at a terminal's width, not as a
+    line of its own: not empty, no record, prefix, frame or box row of its own."""
+    rest = after.lstrip()
+    return (
+        bool(rest)
+        and not line.endswith(_BOX)
+        and not line.endswith("  ")  # padded to the width: a screen's copy, not a cut
+        and _OWN_LINE.match(after) is None
+        and _OWN_LINE.match(rest) is None
+        # the next of many lines of one format (a per-thread assert, a per-rank message, a
+        # log dict): the same start, digits aside
+        and _shape(after[:_SAME_START]) != _shape(line[:_SAME_START])
+    )
+
+
+def _shape(text: str) -> str:
+    return text.translate(_DIGITS)
+
+
+_DIGITS = str.maketrans("123456789", "000000000")
+
+
+#: A line that starts with this many characters of the one before it is one more of its kind.
+_SAME_START = 12
+
+
+#: Box-drawing rows (rich's tracebacks and tables) are as wide as the box, not wrapped.
+_BOX = ("│", "┃", "║", "|", "┐", "┘", "╮", "╯")
+#: What starts a line of its own: a bracketed prefix or level, a timestamp, glog's level and
+#: date, a traceback's header and frames, an exception's type, a launcher or rank label, NCCL's
+#: ``host:pid:tid [dev]``.
+_OWN_LINE = lazyre.compile_regex(
+    r"\[|\d{4}-\d\d-\d\d[ T_]|\d\d/\d\d/\d{4} |[IWEF]\d{4} |Traceback \(|(?:  )?File \"|"
+    r"During handling|The above exception|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt):|"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|[\w.-]+: (?:\[|\d{4}-)|\d+: |"
+    r"[\w.-]+:\d+:\d+ \[\d+\] "
+)
+
+
+def unwrap(lines: Iterable[tuple[int, str]], width: int) -> Iterator[tuple[int, str]]:
+    """``(lineno, text)`` with every line ``width`` long joined to the line after it (the
+    joined line keeps its first piece's number)."""
+    start: int | None = None
+    pieces: list[str] = []
+    for lineno, text in lines:
+        if start is None:
+            start = lineno
+        pieces.append(text)
+        if len(text.rstrip("\r")) != width:
+            yield start, "".join(pieces)
+            start, pieces = None, []
+    if start is not None:
+        yield start, "".join(pieces)

@@ -1,0 +1,66 @@
+"""A terminal's hard wrap, told from line lengths and undone (crashlens.ingest.unwrap)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashlens import analyze
+from crashlens.ingest.unwrap import unwrap, wrap_width
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNE = ROOT / "corpus" / "tune"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()[:200]
+
+
+def test_a_paste_cut_at_its_terminals_width_is_told() -> None:
+    # axolotl-ai-cloud/axolotl#1813 as posted: a traceback copied from a 99-column terminal
+    assert wrap_width(_lines(TUNE / "axolotl-ai-cloud-axolotl-1813" / "console.log")) == 99
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "deepspeedai-megatron-deepspeed-207",  # one device-side assert per thread, one length
+        "huggingface-trl-1995",
+        "huggingface-accelerate-1192",  # rich logging: records padded to the terminal's width
+        "huggingface-accelerate-2246",  # one NCCL message per rank, then NCCL's own lines
+        "hiyouga-llamafactory-6269",  # the watchdog's timeout on each rank
+        "ultralytics-yolov5-475",
+        "horovod-horovod-3929",  # Open MPI tagged lines
+        "huggingface-blog-1270",  # a rich traceback's box
+        "zai-org-glm-4-277",
+        "udacity-p1_facial_keypoints-6",
+    ],
+)
+def test_lines_that_share_a_length_are_not_a_wrap(case: str) -> None:
+    (log,) = (TUNE / case).glob("*.log")
+    assert wrap_width(_lines(log)) is None
+
+
+def test_cut_lines_are_joined_to_what_follows() -> None:
+    pieces = [(1, "a" * 10), (2, "b" * 10), (3, "c"), (4, "short"), (5, "d" * 10)]
+    assert list(unwrap(pieces, 10)) == [(1, "a" * 10 + "b" * 10 + "c"), (4, "short"), (5, "d" * 10)]
+    assert list(unwrap([(1, "x" * 10 + "\r"), (2, "y")], 10)) == [(1, "x" * 10 + "\r" + "y")]
+
+
+def test_a_wrapped_capture_gets_the_diagnosis_of_the_original(tmp_path: Path) -> None:
+    # a real run's console (the capture matrix), cut at 100 and at 120 columns as a terminal
+    # would: the same cause and first rank as the file as written
+    src = ROOT / "fixtures/captured/rank_exception_cascade/default-bad-rank2-bad-step4/console.log"
+    want = analyze([src])
+    assert want.primary is not None and want.first_failure is not None
+    for width in (100, 120):
+        lines = src.read_text().split("\n")
+        cut = [ln[i : i + width] for ln in lines for i in range(0, max(len(ln), 1), width)]
+        assert max(map(len, cut)) == width
+        wrapped = tmp_path / f"console-{width}.log"
+        wrapped.write_text("\n".join(cut))
+        got = analyze([wrapped])
+        assert got.primary is not None
+        assert got.primary.rule_id == want.primary.rule_id
+        assert got.first_failure is not None and got.first_failure.rank == want.first_failure.rank
