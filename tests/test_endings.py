@@ -144,3 +144,28 @@ def test_a_private_modules_exception_type_stands_as_a_bare_final_line(tmp_path: 
     report = analyze([log])
     assert report.primary is not None
     assert report.primary.match.rule.cls == "corrupt_data"
+
+
+#: meta-llama/llama#415 (verbatim): the worker's assert, torchrun's failure line, then the
+#: launcher's own traceback, cut where the paste ends.
+LAUNCHER_CUT = (
+    Path(__file__).parents[1] / "corpus/tune/meta-llama-llama-415/console.log"
+).read_text()
+
+
+def test_a_launchers_traceback_cut_off_is_its_report_not_the_ending(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    log.write_text(LAUNCHER_CUT)
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "world-size-mismatch"
+    first = report.first_failure
+    assert first is not None and "MP=2 but world size is 1" in first.text
+    # the same log with the assert's message replaced (no rule knows it): the worker's
+    # uncaught exception still wins over the cut
+    log.write_text(LAUNCHER_CUT.replace("MP=2 but world size is 1", "x"))
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "assertion-error"
+    # the launcher's cut traceback alone stays a cut: nothing before it says more
+    log.write_text("".join(LAUNCHER_CUT.splitlines(True)[-3:]))
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"

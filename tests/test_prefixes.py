@@ -353,3 +353,14 @@ def test_a_console_is_told_from_its_head() -> None:
     assert consoles and all(reads_as_console(p) for p in consoles)
     assert not reads_as_console(root / "fixtures/captured/file_not_found/python/train.log")
     assert not reads_as_console(root / "does-not-exist.log")
+
+
+def test_openmpi_tags_inside_a_line_are_dropped() -> None:
+    # deepspeedai/DeepSpeed#1834 (verbatim): --tag-output tags each write, and Python writes
+    # an exception's type and its message apart
+    line = "[1,19]<stderr>:RuntimeError[1,19]<stderr>:: NCCL communicator was aborted on rank 19."
+    text, p = strip(line, PrefixStyle())
+    assert (text, p.rank) == ("RuntimeError: NCCL communicator was aborted on rank 19.", 19)
+    # another process's tag is text, not this line's
+    other = "[1,2]<stderr>:see [1,3]<stderr>: above"
+    assert strip(other, PrefixStyle())[0] == "see [1,3]<stderr>: above"

@@ -253,3 +253,34 @@ def test_an_ipython_header_cut_where_the_paste_ends_still_opens_a_traceback() ->
     other = TracebackAssembler()
     assert not other.feed(1, "see the Traceback (most recent call last) above")
     assert other.current is None
+
+
+def test_a_logging_record_without_a_timestamp_ends_the_message() -> None:
+    # meta-llama/llama#415 (verbatim): older torchrun logs in logging's default format right
+    # under the worker's exception line
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/llama/llama/generation.py", line 80, in build\n'
+        "    assert model_parallel_size == len(\n"
+        "AssertionError: Loading a checkpoint for MP=2 but world size is 1\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 "
+        "(pid: 2219637) of binary: /usr/bin/python3\n"
+    )
+    exc = assemble(text).done[0].exceptions[-1]
+    assert exc.message == "Loading a checkpoint for MP=2 but world size is 1"
+
+
+def test_an_ipython_traceback_cut_after_its_frames_keeps_the_headers_type() -> None:
+    # unslothai/unsloth#3373 (verbatim): the notebook's paste stops inside the frames
+    text = (
+        "OutOfMemoryError                          Traceback (most recent call last)\n"
+        "/tmp/ipykernel_36/773422404.py in <cell line: 0>()\n"
+        "----> 1 trainer_stats = trainer.train()\n"
+    )
+    exc = assemble(text).done[0].exceptions[-1]
+    # still a cut (what was raised is not known enough to blame anyone's code), named
+    assert exc.type == "IncompleteTraceback"
+    assert "IPython's header names it OutOfMemoryError" in exc.message
+    # cut inside the header itself: nothing is known yet (detectron2#2861)
+    cut = assemble("ProcessRaisedException                    Traceback (most re").done[0]
+    assert "header names it" not in cut.exceptions[-1].message

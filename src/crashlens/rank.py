@@ -194,18 +194,24 @@ def _fold_cuts(
 
     What was being raised at the cut is unknown, so a finding the lines before it do show (the
     watchdog's timeout whose traceback was being printed, another rank's NCCL error) tells more
-    about the failure than "the log ends inside a traceback". A cut with nothing before it stays.
+    about the failure than "the log ends inside a traceback"; so does an exception no rule
+    recognised that ended its process before the cut (a worker's uncaught error, then its
+    launcher's report cut off). A cut with nothing before it stays.
     """
     cuts = [c for c in kept if _cut_only(c.match, index)]
     if not cuts:
         return kept, set()
-    others = [c for c in (*kept, *loose) if not c.match.rule.fallback]
+    others = [c for c in (*kept, *loose) if not _cut_only(c.match, index)]
     folded: list[Cause] = []
     for cut in cuts:
         earlier = [
             o
             for o in others
-            if any(_precedes(h, cut.match) for h in o.match.hits if h.fatal is not False)
+            if any(
+                _precedes(h, cut.match)
+                for h in o.match.hits
+                if (h.fatal is True if o.match.rule.fallback else h.fatal is not False)
+            )
         ]
         if earlier:
             root = min(earlier, key=lambda o: _time_key(o.first_seen))

@@ -193,6 +193,11 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
         if m:
             rank = int(m["n"])
             pos = m.end()
+            tag = text[m.start() : m.end()].rstrip(" ")
+            if tag in text[pos:]:
+                # --tag-output tags every write, and Python writes an exception's type and
+                # its ": message" apart: ``RuntimeError[1,19]<stderr>:: NCCL ...``
+                text = text[:pos] + text[pos:].replace(tag, "")
         # Prefixes stack: ``[default1]:[rank5]: ...`` names the local and the global rank.
         while (m := _BRACKET.match(text, pos)) is not None:
             if m["role"] == "rank":

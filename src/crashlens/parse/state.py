@@ -14,7 +14,7 @@ from typing import Literal, NamedTuple
 
 from crashlens import lazyre
 from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, strip
-from crashlens.model import Source
+from crashlens.model import CUT_TRACEBACK, Source
 from crashlens.parse.torchrun import SummaryReader
 from crashlens.parse.traceback import PartialTraceback, Printed, TracebackAssembler
 from crashlens.ruletypes import Detector, Rule
@@ -354,12 +354,26 @@ class Stream:
             yield done, fatal, handled
 
 
+#: The launchers' entry points: a console script (``bin/torchrun``) or the module it runs.
+_LAUNCHER_SCRIPTS = frozenset({"torchrun", "deepspeed", "accelerate", "torchx"})
+_LAUNCHER_MODULES = (
+    "torch/distributed/run.py",
+    "torch/distributed/launch.py",
+    "deepspeed/launcher/runner.py",
+    "accelerate/commands/accelerate_cli.py",
+    "accelerate/commands/launch.py",
+)
+
+
 def launcher_report(tb: PartialTraceback) -> bool:
     """Whether a traceback is a launcher's report of a failed child: one of the launchers'
-    exceptions, or what torch.multiprocessing.spawn's ``join`` raised (torch < 1.5 raised a
-    bare ``Exception`` carrying the child's traceback)."""
+    exceptions, what torch.multiprocessing.spawn's ``join`` raised (torch < 1.5 raised a
+    bare ``Exception`` carrying the child's traceback), or a traceback the log ends in whose
+    outermost frame is a launcher's entry point (its exception, cut off, was that report)."""
     final = tb.exceptions[-1]
     if final.type.rsplit(".", 1)[-1] in LAUNCHER_EXCEPTIONS:
+        return True
+    if final.type == CUT_TRACEBACK and final.frames and _launcher_entry(final.frames[0].file):
         return True
     last = final.frames[-1] if final.frames else None
     return (
@@ -367,6 +381,14 @@ def launcher_report(tb: PartialTraceback) -> bool:
         and last.function == "join"
         and last.file.replace("\\", "/").endswith("torch/multiprocessing/spawn.py")
     )
+
+
+def _launcher_entry(path: str) -> bool:
+    path = path.replace("\\", "/")
+    parts = path.rsplit("/", 2)
+    if len(parts) >= 2 and parts[-2] == "bin" and parts[-1] in _LAUNCHER_SCRIPTS:
+        return True
+    return path.endswith(_LAUNCHER_MODULES)
 
 
 def spawn_child(tb: PartialTraceback) -> int | None:

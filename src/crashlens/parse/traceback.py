@@ -48,6 +48,10 @@ _RECORD_START = lazyre.compile_regex(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:|\[ *\d+\.\d{6}\]"
 )
+#: A record in logging's default format, without a timestamp (``logging.BASIC_FORMAT``,
+#: ``%(levelname)s:%(name)s:%(message)s``): older torchrun's ``ERROR:torch.distributed.elastic.
+#: multiprocessing.api:failed (exitcode: 1) ...`` right under its worker's exception line.
+_BASIC_RECORD = lazyre.compile_regex(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[A-Za-z_][\w.]*:")
 #: An NCCL debug line (``host:pid:tid [dev] NCCL INFO ...``): NCCL's own record, never the
 #: continuation of a Python exception's message (it may sit among a traceback's frames, where
 #: another process's output interleaves).
@@ -83,7 +87,10 @@ def ends_message(text: str) -> bool:
     """Whether ``text``, after an exception's message line, starts something else: a log
     record, a progress bar, NCCL's own debug line (not another traceback: that starts one)."""
     return (
-        looks_like_record(text) or looks_like_progress(text) or _NCCL_RECORD.match(text) is not None
+        looks_like_record(text)
+        or looks_like_progress(text)
+        or _NCCL_RECORD.match(text) is not None
+        or _BASIC_RECORD.match(text) is not None
     )
 
 
@@ -330,8 +337,15 @@ class TracebackAssembler:
             # Even a bare header (or one cut mid-frame: ``File "train.py", l``) is a process
             # that stopped while printing its traceback.
             shown = f" (last frame shown: {tb.frames[-1]})" if tb.frames else ""
+            named = ""
+            if self.state is State.IPYTHON and self.ipython_type and tb.line_count > 1:
+                # IPython names the exception in its header: its class is known, not its
+                # message (a paste cut inside the header itself says nothing yet)
+                named = f"; IPython's header names it {self.ipython_type}"
             tb.exc_type = CUT_TRACEBACK
-            tb.exc_message = [f"the log ends inside a traceback, before its exception line{shown}"]
+            tb.exc_message = [
+                f"the log ends inside a traceback, before its exception line{named}{shown}"
+            ]
             tb.exc_line = tb.start_line
         self._finish()
 
