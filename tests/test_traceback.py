@@ -284,3 +284,19 @@ def test_an_ipython_traceback_cut_after_its_frames_keeps_the_headers_type() -> N
     # cut inside the header itself: nothing is known yet (detectron2#2861)
     cut = assemble("ProcessRaisedException                    Traceback (most re").done[0]
     assert "header names it" not in cut.exceptions[-1].message
+
+
+def test_a_module_path_cut_where_the_exception_name_began_is_not_an_exception() -> None:
+    # fatescript/CenterNet-better#45 (verbatim): the paste stops inside spawn's
+    # "torch.multiprocessing.spawn.ProcessRaisedException: ..." line
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/anaconda3/envs/STR/lib/python3.7/site-packages/torch/multiprocessing'
+        '/spawn.py", line 150, in join\n'
+        "    raise ProcessRaisedException(msg, error_index, failed_process.pid)\n"
+        "torch.multiprocessing.spawn\n"
+    )
+    assert assemble(text).done[0].exceptions[-1].type == "IncompleteTraceback"
+    # a module-qualified class with no message still ends one
+    done = assemble(text.replace("torch.multiprocessing.spawn\n", "queue.Empty\n")).done[0]
+    assert done.exceptions[-1].type == "queue.Empty"

@@ -231,8 +231,15 @@ def _exception_like(text: str) -> bool:
     """Whether an unindented line can be the ``ExcType: message`` line ending a traceback."""
     m = _EXC_LINE.fullmatch(text)
     return m is not None and (
-        m["msg"] is not None or "." in m["type"] or _exception_word(m["type"])
+        m["msg"] is not None or _qualified_class(m["type"]) or _exception_word(m["type"])
     )
+
+
+def _qualified_class(name: str) -> bool:
+    """``queue.Empty``, ``torch.cuda.OutOfMemoryError``: a module-qualified class name; not a
+    module path (``torch.multiprocessing.spawn``, where a paste cut the exception's name)."""
+    module, _, last = name.rpartition(".")
+    return bool(module) and last[:1].isupper()
 
 
 _BARE_HINTS = ("Error", "Exception", "Interrupt", "Exit")
