@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from crashlens.parse.traceback import TracebackAssembler
 
 
@@ -300,3 +302,29 @@ def test_a_module_path_cut_where_the_exception_name_began_is_not_an_exception() 
     # a module-qualified class with no message still ends one
     done = assemble(text.replace("torch.multiprocessing.spawn\n", "queue.Empty\n")).done[0]
     assert done.exceptions[-1].type == "queue.Empty"
+
+
+def test_a_traceback_flattened_onto_one_line_is_read_as_its_lines(tmp_path: Path) -> None:
+    # huggingface/diffusers#8477 (verbatim, corpus case tune/huggingface-diffusers-8477): two
+    # ranks' tracebacks pasted with every line break turned into blanks
+    from crashlens import analyze
+    from crashlens.parse.text import split_glued
+
+    case = Path(__file__).parents[1] / "corpus/tune/huggingface-diffusers-8477"
+    raw = (case / "console.log").read_text().rstrip("\n")
+    lines = split_glued(raw)
+    assert lines[:3] == (
+        "Traceback (most recent call last):",
+        '  File "/kaggle/working/train_cm_ct_unconditional.py", line 1438, in <module>',
+        "    main(args)",
+    )
+    final = "AttributeError: 'DistributedDataParallel' object has no attribute 'config'"
+    assert lines.count("Traceback (most recent call last):") == 2 and final in lines
+    report = analyze([case])
+    assert report.primary is not None and report.primary.rule_id == "ddp-wrapper-attribute"
+    # a header glued to a progress bar, with nothing after it, is still two lines
+    bar = "100%|##########| 3/3 [00:01<00:00,  2.41it/s]"
+    assert split_glued(bar + "Traceback (most recent call last):") == (
+        bar,
+        "Traceback (most recent call last):",
+    )

@@ -63,9 +63,44 @@ def strip_ansi(raw: str) -> str:
 
 
 def split_glued(raw: str) -> tuple[str, ...]:
-    """``raw`` as the lines it really is: ``...2.41s/it]Traceback (most ...`` is two."""
+    """``raw`` as the lines it really is: ``...2.41s/it]Traceback (most ...`` is two, and a
+    traceback whose line breaks a paste turned into runs of blanks is all its lines."""
     if _TB_GLUE in raw or _FAULT_GLUE in raw or raw.endswith(_SIGNAL_ENDS):
+        if _FLAT_START.search(raw):
+            return unflatten(raw)
         cut = glue_point(raw)
         if cut:
             return raw[:cut], raw[cut:]
     return (raw,)
+
+
+#: A traceback flattened onto one line (a web form that dropped the line breaks and kept the
+#: indentation): ``Traceback (most recent call last):   File "t.py", line 3, in <module> ...``.
+_FLAT_START = lazyre.compile(r'Traceback \(most recent call last\):\s{2,}File "')
+_FLAT_CUTS = lazyre.compile_regex(
+    # (the exception's line and the next header had no indentation: one blank is enough)
+    r"\s+(?=Traceback \(most recent call last\):)"
+    r'|\s{2,}(?=File "[^"\n]{1,500}", line \d+)'
+    r'|(?<=, line \d{1,7}, in [^\s"]{1,200})\s{2,}'
+    r"|\s+(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: )"
+)
+
+
+def unflatten(raw: str) -> tuple[str, ...]:
+    """The lines of a flattened traceback, frames and source lines indented as Python prints
+    them; what came before its header (glued text) is a line of its own."""
+    at = raw.find(_TB_GLUE)
+    head = raw[:at].rstrip()
+    pieces = [p for p in _FLAT_CUTS.split(raw[at:]) if p]
+    out: list[str] = [head] if head else []
+    code_next = False
+    for piece in pieces:
+        if piece.startswith('File "'):
+            out.append("  " + piece)
+            code_next = True
+        elif code_next:
+            out.append("    " + piece)
+            code_next = False
+        else:
+            out.append(piece)
+    return tuple(out)
