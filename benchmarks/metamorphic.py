@@ -57,8 +57,34 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
 }
 
 
-def rewrite(case_dir: Path, into: Path, transform: Callable[[str], str]) -> Path:
-    """A copy of ``case_dir``'s logs under ``into``, every line rewritten by ``transform``."""
+def _flatten_tracebacks(lines: list[str]) -> list[str]:
+    """Each traceback (its header at column 0, its indented frames and source lines, its
+    exception line) on one line, its line breaks turned into blanks: a web form's paste."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("Traceback (most recent call last):"):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and lines[j][:1].isspace():
+            j += 1
+        end = min(j + 1, len(lines))  # the exception line, when there is one
+        out.append(" ".join(lines[i:end]))
+        i = end
+    return out
+
+
+#: Each rewrites a whole file as a paste does.
+FILE_TRANSFORMS: dict[str, Callable[[list[str]], list[str]]] = {
+    "flattened": _flatten_tracebacks,
+}
+
+
+def rewrite(case_dir: Path, into: Path, name: str) -> Path:
+    """A copy of ``case_dir``'s logs under ``into``, rewritten by the transformation ``name``
+    (every line, or the whole file)."""
     into.mkdir(parents=True)
     for path in sorted(case_dir.iterdir()):
         if path.name == "case.yaml" or not path.is_file():
@@ -66,7 +92,11 @@ def rewrite(case_dir: Path, into: Path, transform: Callable[[str], str]) -> Path
         text = path.read_text(encoding="utf-8", errors="replace")
         lines = text.split("\n")
         end = [""] if lines[-1] == "" else []  # the file's last newline ends a line, no more
-        body = [transform(x) for x in lines[: len(lines) - len(end)]]
+        kept = lines[: len(lines) - len(end)]
+        if name in FILE_TRANSFORMS:
+            body = FILE_TRANSFORMS[name](kept)
+        else:
+            body = [TRANSFORMS[name](x) for x in kept]
         (into / path.name).write_text("\n".join(body + end), encoding="utf-8")
     return into
 
@@ -81,7 +111,7 @@ def changed(right: list[accuracy.Case], name: str, rules: RuleSet, tmp: Path) ->
     diagnose wrong."""
     broke = []
     for case in right:
-        copy = rewrite(case.path, tmp / name / case.id, TRANSFORMS[name])
+        copy = rewrite(case.path, tmp / name / case.id, name)
         report = analyze([copy], rules)
         labels = {case.cause, *case.acceptable}
         if case.cause == "none":
@@ -96,7 +126,9 @@ def changed(right: list[accuracy.Case], name: str, rules: RuleSet, tmp: Path) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=accuracy.PARTS, default="tune")
-    parser.add_argument("--transform", action="append", choices=sorted(TRANSFORMS))
+    parser.add_argument(
+        "--transform", action="append", choices=sorted({*TRANSFORMS, *FILE_TRANSFORMS})
+    )
     parser.add_argument("--list", action="store_true", help="name the tune cases that change")
     args = parser.parse_args(argv)
     rules = load_rules()
@@ -105,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if not c.seen]
     right = diagnosed_right(cases, rules)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.transform or list(TRANSFORMS):
+        for name in args.transform or [*TRANSFORMS, *FILE_TRANSFORMS]:
             broke = changed(right, name, rules, Path(tmp))
             print(f"{name}: {len(broke)} of {len(right)} cases diagnosed right change")
             if args.list and args.part == "tune":

@@ -40,7 +40,7 @@ def test_a_paste_keeps_the_diagnosis(transform: str, tmp_path: Path) -> None:
 
 def test_the_rewrite_really_rewrites(tmp_path: Path) -> None:
     case = next(c for c in RIGHT if c.cause == "cuda_oom")
-    copy = metamorphic.rewrite(case.path, tmp_path / "x", metamorphic.TRANSFORMS["indent4"])
+    copy = metamorphic.rewrite(case.path, tmp_path / "x", "indent4")
     lines = [x for p in copy.iterdir() for x in p.read_text().split("\n") if x]
     assert lines and all(x.startswith("    ") for x in lines)
 
@@ -57,3 +57,10 @@ def test_a_terminals_hard_wrap_mostly_keeps_the_diagnosis(tmp_path: Path) -> Non
     # right tune cases changed before; those left are pastes too short to show the width)
     changed = metamorphic.changed(RIGHT, "wrapped", RULES, tmp_path)
     assert len(changed) <= 0.05 * len(RIGHT), changed
+
+
+def test_a_paste_that_flattened_every_traceback_keeps_the_diagnosis(tmp_path: Path) -> None:
+    # each traceback on one line, its line breaks turned into blanks (32 of the right tune
+    # cases changed before the flattened reading, none after)
+    changed = metamorphic.changed(RIGHT, "flattened", RULES, tmp_path)
+    assert len(changed) <= 0.01 * len(RIGHT), changed

@@ -328,3 +328,21 @@ def test_a_traceback_flattened_onto_one_line_is_read_as_its_lines(tmp_path: Path
         bar,
         "Traceback (most recent call last):",
     )
+
+
+def test_a_flattened_traceback_whose_last_frame_printed_no_source_line() -> None:
+    # hiyouga/LLaMA-Factory#3960's traceback (verbatim) flattened as benchmarks/metamorphic.py's
+    # `flattened` does: a console script's frame has no source line before the exception
+    from crashlens.parse.text import split_glued
+
+    raw = (
+        "Traceback (most recent call last):   File "
+        '"E:\\LLaMA-Factory\\venv\\Scripts\\llamafactory-cli.exe\\__main__.py", line 4, in <module>'
+        " ModuleNotFoundError: No module named 'llmtuner.cli'"
+    )
+    assert split_glued(raw) == (
+        "Traceback (most recent call last):",
+        '  File "E:\\LLaMA-Factory\\venv\\Scripts\\llamafactory-cli.exe\\__main__.py", line 4, '
+        "in <module>",
+        "ModuleNotFoundError: No module named 'llmtuner.cli'",
+    )

@@ -86,6 +86,13 @@ _FLAT_CUTS = lazyre.compile_regex(
 )
 
 
+#: An exception's line (the last frame printed no source line before it, as a frozen or
+#: compiled module's does).
+_FLAT_EXCEPTION = lazyre.compile(
+    r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: "
+)
+
+
 def unflatten(raw: str) -> tuple[str, ...]:
     """The lines of a flattened traceback, frames and source lines indented as Python prints
     them; what came before its header (glued text) is a line of its own."""
@@ -98,9 +105,10 @@ def unflatten(raw: str) -> tuple[str, ...]:
         if piece.startswith('File "'):
             out.append("  " + piece)
             code_next = True
-        elif code_next:
+        elif code_next and not _FLAT_EXCEPTION.match(piece):
             out.append("    " + piece)
             code_next = False
         else:
             out.append(piece)
+            code_next = False
     return tuple(out)
