@@ -54,6 +54,8 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
     # a combined console: another rank's chatter between every line of this one's
     "interleaved": lambda line: "[rank0]: " + line + "\n[rank1]: INFO train: step 7 loss 0.5130",
     "wrapped": lambda line: "\n".join(line[i : i + 100] for i in range(0, max(len(line), 1), 100)),
+    "quoted": lambda line: "> " + line,  # a reply's or Markdown's quote
+    "tabbed": lambda line: "\t" + line,  # a block an editor indented with a tab
 }
 
 

@@ -64,3 +64,11 @@ def test_a_paste_that_flattened_every_traceback_keeps_the_diagnosis(tmp_path: Pa
     # cases changed before the flattened reading, none after)
     changed = metamorphic.changed(RIGHT, "flattened", RULES, tmp_path)
     assert len(changed) <= 0.01 * len(RIGHT), changed
+
+
+@pytest.mark.parametrize("name", ["quoted", "tabbed"])
+def test_a_quoted_or_tab_indented_paste_keeps_the_diagnosis(name: str, tmp_path: Path) -> None:
+    # every line behind "> " or a tab (about 23 % of the right tune cases changed before the
+    # margin took quotes and tabs)
+    changed = metamorphic.changed(RIGHT, name, RULES, tmp_path)
+    assert len(changed) <= 0.01 * len(RIGHT), changed

@@ -364,3 +364,24 @@ def test_openmpi_tags_inside_a_line_are_dropped() -> None:
     # another process's tag is text, not this line's
     other = "[1,2]<stderr>:see [1,3]<stderr>: above"
     assert strip(other, PrefixStyle())[0] == "see [1,3]<stderr>: above"
+
+
+def test_a_quoted_or_tab_indented_paste_has_that_margin() -> None:
+    quoted = [
+        "> Traceback (most recent call last):",
+        '>   File "train.py", line 3, in <module>',
+        ">",
+        "> ValueError: x",
+    ]
+    style = sniff_style(quoted)
+    assert style.margin == "> "
+    assert strip('>   File "train.py", line 3, in <module>', style)[0].startswith("  File ")
+    assert strip(">", style)[0] == ""  # the quote's empty line is an empty line
+    tabbed = [
+        "\tTraceback (most recent call last):",
+        '\t  File "t.py", line 1, in f',
+        "\tKeyError: 1",
+    ]
+    assert sniff_style(tabbed).margin == "\t"
+    # a line of its own that starts with ">" does not make a quote of the file
+    assert sniff_style(["step 1 loss 2.0", "> note", "step 2 loss 1.9"]).margin == ""

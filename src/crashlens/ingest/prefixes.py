@@ -130,15 +130,37 @@ def _double_spaced(raw: list[str]) -> bool:
 
 
 def _common_margin(lines: list[str]) -> str:
-    """The spaces every one of ``lines`` starts with, when there are at least two of them
-    (one is a console's stray space) and at most ``MAX_MARGIN``: a block a paste indented.
-    A progress bar's own padding (tqdm right-aligns ``  7%|``) is not a paste's: bar lines
-    are left out of the count."""
-    text = [line for line in lines if "\r" not in line and not _BAR_START.match(line)]
+    """What every one of ``lines`` starts with when a paste indented or quoted the block: at
+    least two spaces (one is a console's stray space), tabs, or a quote's ``> `` (an email's
+    or Markdown's), at most ``MAX_MARGIN`` characters. A progress bar's own padding (tqdm
+    right-aligns ``  7%|``) is not a paste's: bar lines are left out, and so are a quote's
+    empty lines (``>`` alone)."""
+    text = [
+        line
+        for line in lines
+        if "\r" not in line and not _BAR_START.match(line) and line.strip(_MARGIN_CHARS)
+    ]
     if not text:
         return ""
-    width = min(len(line) - len(line.lstrip(" ")) for line in text)
-    return " " * width if 2 <= width <= MAX_MARGIN else ""
+    common = _shared_start([line[: len(line) - len(line.lstrip(_MARGIN_CHARS))] for line in text])
+    if len(common) > MAX_MARGIN:
+        return ""
+    if ">" in common or "\t" in common:
+        return common
+    return common if len(common) >= 2 else ""
+
+
+def _shared_start(leads: list[str]) -> str:
+    """The longest start all of ``leads`` share."""
+    first = min(leads, key=len)
+    for i, char in enumerate(first):
+        if any(lead[i] != char for lead in leads):
+            return first[:i]
+    return first
+
+
+#: What a paste's margin is made of: indentation and a quote's markers.
+_MARGIN_CHARS = " \t>"
 
 
 def _looks_like_host(word: str) -> bool:
@@ -153,8 +175,12 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     """Remove launcher prefixes from ``text``; return the rest and what they said."""
     if not text:
         return text, NO_PREFIX
-    if style.margin and text.startswith(style.margin):
-        text = text[len(style.margin) :]
+    if style.margin:
+        if text.startswith(style.margin):
+            text = text[len(style.margin) :]
+        elif text.rstrip() == style.margin.rstrip():
+            return "", NO_PREFIX  # a quote's empty line
+
     rank = local_rank = None
     host = None
     pos = 0
