@@ -7,6 +7,7 @@ else lets every later stage work per rank, so two ranks' tracebacks can never mi
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -142,21 +143,13 @@ def _common_margin(lines: list[str]) -> str:
     ]
     if not text:
         return ""
-    common = _shared_start([line[: len(line) - len(line.lstrip(_MARGIN_CHARS))] for line in text])
+    leads = [line[: len(line) - len(line.lstrip(_MARGIN_CHARS))] for line in text]
+    common = os.path.commonprefix(leads)  # noqa: RUF071 -- character by character is meant
     if len(common) > MAX_MARGIN:
         return ""
     if ">" in common or "\t" in common:
         return common
     return common if len(common) >= 2 else ""
-
-
-def _shared_start(leads: list[str]) -> str:
-    """The longest start all of ``leads`` share."""
-    first = min(leads, key=len)
-    for i, char in enumerate(first):
-        if any(lead[i] != char for lead in leads):
-            return first[:i]
-    return first
 
 
 #: What a paste's margin is made of: indentation and a quote's markers.

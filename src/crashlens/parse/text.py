@@ -77,20 +77,18 @@ def split_glued(raw: str) -> tuple[str, ...]:
 #: A traceback flattened onto one line (a web form that dropped the line breaks and kept the
 #: indentation): ``Traceback (most recent call last):   File "t.py", line 3, in <module> ...``.
 _FLAT_START = lazyre.compile(r'Traceback \(most recent call last\):\s{2,}File "')
+#: How an exception's line starts: its (qualified) type and the colon.
+_EXCEPTION_START = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: "
 _FLAT_CUTS = lazyre.compile_regex(
     # (the exception's line and the next header had no indentation: one blank is enough)
     r"\s+(?=Traceback \(most recent call last\):)"
     r'|\s{2,}(?=File "[^"\n]{1,500}", line \d+)'
     r'|(?<=, line \d{1,7}, in [^\s"]{1,200})\s{2,}'
-    r"|\s+(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: )"
+    rf"|\s+(?={_EXCEPTION_START})"
 )
-
-
-#: An exception's line (the last frame printed no source line before it, as a frozen or
-#: compiled module's does).
-_FLAT_EXCEPTION = lazyre.compile(
-    r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: "
-)
+#: An exception's line after a frame that printed no source line (a frozen or compiled
+#: module's).
+_FLAT_EXCEPTION = lazyre.compile(_EXCEPTION_START)
 
 
 def unflatten(raw: str) -> tuple[str, ...]:
