@@ -37,8 +37,11 @@ _FAULT_FRAME = lazyre.compile_regex(
 )
 _RICH_FRAME = lazyre.compile_regex(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
 #: IPython's header (``ValueError      Traceback (most recent call last)``), also as a paste that
-#: ends in the middle of it: the type before the column of spaces says what was raised.
-_IPY_HEADER = lazyre.compile_regex(r"(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most re")
+#: ends in the middle of it: the type before the column of spaces says what was raised. Ray
+#: names a remote task's exception after the one it wraps (``RayTaskError(PermissionError)``).
+_IPY_HEADER = lazyre.compile_regex(
+    r"(?P<type>[A-Za-z_][\w.]*(?:(?<=Error)\([A-Za-z_][\w.]*\))?)\s{2,}Traceback \(most re"
+)
 _IPY_FRAME = lazyre.compile_regex(
     r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
