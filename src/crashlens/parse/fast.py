@@ -52,6 +52,9 @@ class LineParser(Protocol):
     def fold_round(
         self, stream: Stream, repeat: Repeat, closer: bytes | None, linenos: list[int]
     ) -> bool: ...
+    def run_ready(self, stream: Stream, repeat: Repeat) -> bool: ...
+    def round_ok(self, announce: bytes, closer: bytes) -> bool: ...
+    def fold_run(self, stream: Stream, count: int, lineno: int, announce: bytes) -> bool: ...
 
 
 class FastPath:
@@ -81,6 +84,10 @@ class FastPath:
         self._by_stream: dict[int, list[int]] = {}
         #: Per stream (by id), its key ids in the block (a writer may have several prefixes).
         self._key_ids: dict[int, list[int]] = {}
+        #: The block being taken's index, and the block line before which a run of folded
+        #: rounds took every trigger (:meth:`_fold_run`; one-writer blocks).
+        self._index: BlockIndex | None = None
+        self._absorbed = 0
 
     def take(self, block: bytes, index: BlockIndex, lineno: int) -> int:
         """Parse ``block`` with its ``index``; return the number of its last line."""
@@ -88,7 +95,7 @@ class FastPath:
         self._start_block(block, index, lineno)
         pos = line = 0
         for start, at in zip(index.triggers, index.trigger_lines, strict=True):
-            if at < line or at in self._replayed:
+            if at < line or at < self._absorbed or at in self._replayed:
                 continue  # taken already, as part of a repeated traceback
             lineno = self._quiet(block, pos, start, line, at, lineno)
             end = block.find(b"\n", start)
@@ -106,6 +113,7 @@ class FastPath:
 
     def _start_block(self, block: bytes, index: BlockIndex, lineno: int) -> None:
         self._block, self._base, self._nccl = block, lineno, index.nccl
+        self._index, self._absorbed = index, 0
         if index.keys is None:
             self._bk = None
             return
@@ -126,6 +134,7 @@ class FastPath:
         self._by_stream.clear()
         self._block = b""
         self._bk = None
+        self._index = None
 
     # -- repeated tracebacks -------------------------------------------------------------
     def _repeat(
@@ -150,6 +159,8 @@ class FastPath:
                     linenos = list(range(lineno + 1, lineno + n + 2))
                     if not self.parser.fold_round(stream, repeat, closer, linenos):
                         self.parser.replay(stream, repeat, linenos)
+                    else:
+                        self._fold_run(block, stream, repeat, usable, at + n + 1)
                     return after, lineno + n + 1, at + n + 1
             return None
         lines = self._repeat_lines(block, stream, usable, at)
@@ -163,6 +174,52 @@ class FastPath:
         for j in taken:
             heapq.heappush(self._replayed_heap, j)
         return pos, lineno + 1, at + 1
+
+    def _fold_run(
+        self, block: bytes, stream: Stream, repeat: Repeat, usable: list[Repeat], line: int
+    ) -> None:
+        """Right after a round of ``repeat`` was folded from its bytes (a one-writer block;
+        block line ``line`` follows it), take every next round of the block that would fold the
+        same way, at once: the next trigger is its header again, the same repeat (the first of
+        ``usable`` whose lines follow), announced as retried by the line before it and ended by
+        the line after it. Their lines are then left in the quiet run that follows (counted,
+        and the ring's last lines, which read the same raw as parsed), and the rounds are
+        folded in one step (:meth:`LineParser.fold_run`). Nothing is done when the stream's
+        state is not one a run may be taken in (:meth:`LineParser.run_ready`)."""
+        parser = self.parser
+        if not parser.run_ready(stream, repeat):
+            return
+        index = self._index
+        assert index is not None
+        triggers, trigger_lines = index.triggers, index.trigger_lines
+        header, rest = repeat.lines[0], repeat.rest
+        n = len(repeat.texts)
+        k = bisect_left(trigger_lines, line)
+        #: Per round: the block line of the line before its header, and that line's span.
+        rounds: list[tuple[int, int, int]] = []
+        while k < len(triggers):
+            start, at = triggers[k], trigger_lines[k]
+            end = start + len(header)
+            if block[end : end + 1] != b"\n" or not block.startswith(header, start):
+                break
+            taken = next((r for r in usable if r.bare and block.startswith(r.rest, end + 1)), None)
+            if taken is not repeat:
+                break
+            after = end + 1 + len(rest)
+            stop = block.find(b"\n", after)
+            if stop < 0:
+                break
+            announce = block.rfind(b"\n", 0, start - 1) + 1
+            if not parser.round_ok(block[announce : start - 1], block[after:stop]):
+                break
+            rounds.append((at - 1, announce, start - 1))
+            k = bisect_left(trigger_lines, at + n + 1, k)
+        while rounds:
+            before, announce, end = rounds[-1]
+            if parser.fold_run(stream, len(rounds), self._base + before + 1, block[announce:end]):
+                self._absorbed = before + n + 2
+                return
+            rounds.pop()
 
     def _repeat_lines(
         self, block: bytes, stream: Stream, repeats: list[Repeat], at: int

@@ -71,6 +71,15 @@ def numbered(
     return [(base + j + 1, block[ends[j - 1] + 1 if j else 0 : ends[j]]) for j in lines]
 
 
+def ring_text(raw: bytes, style: PrefixStyle) -> str:
+    """What a ring keeps of a quiet line given raw (:meth:`Ring.extend_raw`) once it is read:
+    its last ``\r`` state, cut to :data:`MAX_EVIDENCE_TEXT`, prefixes stripped (a stamp
+    prefix kept before the text)."""
+    decoded = raw.decode("utf-8", "replace").rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
+    decoded, prefix = strip(decoded, style)
+    return prefix.stamp + decoded if prefix.stamp else decoded
+
+
 class Ring:
     """A writer's last :data:`RING` lines as ``(lineno, text)``, oldest first.
 
@@ -121,9 +130,7 @@ class Ring:
     def _line(self, index: int) -> tuple[int, str]:
         lineno, text = self._lines[index]
         if isinstance(text, bytes):
-            decoded = text.decode("utf-8", "replace").rsplit("\r", 1)[-1][:MAX_EVIDENCE_TEXT]
-            decoded, prefix = strip(decoded, self._style)
-            text = prefix.stamp + decoded if prefix.stamp else decoded
+            text = ring_text(text, self._style)
             self._lines[index] = (lineno, text)
         return lineno, text
 

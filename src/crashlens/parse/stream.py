@@ -49,6 +49,7 @@ from crashlens.parse.state import (
     Stream,
     StreamKey,
     launcher_report,
+    ring_text,
     spawn_child,
     stamp_setter,
     time_setter,
@@ -459,6 +460,52 @@ class FileParser:
             ring.append(item)
         stream.watch = None  # the round's own watch, done with at once (it was retried)
         _fold_into(stream, like)
+        return True
+
+    def run_ready(self, stream: Stream, repeat: Repeat) -> bool:
+        """Whether, right after a round of ``repeat`` was folded (:meth:`fold_round`), the
+        stream's next rounds of it may be folded in bulk (:meth:`fold_run`), their lines
+        accounted as quiet ones: nothing of its state waits for its lines, the traceback they
+        fold into is its newest, the clock reads a line the same whenever it is read (no
+        override, the year known), and each line of the repeat reads the same from the ring
+        raw as parsed (no longer than the ring keeps)."""
+        closed = repeat.closed
+        if closed is None or not stream.tb_done:
+            return False
+        like = stream.tb_done[-1]
+        return (
+            self.clock.override is None
+            and self.clock.year_known
+            and stream.fold is None
+            and stream.last_stamp is not None
+            and not stream.wants_lines()
+            and like.tb.twin_of is None
+            and not like.tb.twin_exceptions
+            and like.printed == closed.printed
+            and max(map(len, repeat.lines)) <= MAX_EVIDENCE_TEXT
+        )
+
+    def round_ok(self, announce: bytes, closer: bytes) -> bool:
+        """Whether a round of a retry loop whose line before is ``announce`` and line after is
+        ``closer`` (raw) folds as :meth:`fold_round` folds one: announced as retried (as the
+        ring reads that line) and ended by the next record."""
+        return RETRY_ANNOUNCED.search(
+            ring_text(announce, self.style)
+        ) is not None and self._ends_message(closer)
+
+    def fold_run(self, stream: Stream, count: int, lineno: int, announce: bytes) -> bool:
+        """Fold ``count`` more rounds (each :meth:`round_ok`, after a round :meth:`run_ready`
+        was true for) into the stream's newest traceback, as :meth:`fold_round` would one by
+        one; their lines are counted and kept by the fast path as quiet ones. ``announce``: the
+        line before the last round's header (line ``lineno``), whose time the stream's clock
+        takes from there. False, and nothing done, when that line has no time."""
+        stamp = self.clock.stamp(ring_text(announce, self.style))
+        if stamp is None:
+            return False
+        stream.last_stamp = (lineno, stamp)
+        stream.tb_done[-1].repeats += count
+        stream.settled = False
+        self._line_stream = stream
         return True
 
     def _ends_message(self, raw: bytes) -> bool:
