@@ -55,6 +55,15 @@ class LineParser(Protocol):
     def run_ready(self, stream: Stream, repeat: Repeat) -> bool: ...
     def round_ok(self, announce: bytes, closer: bytes) -> bool: ...
     def fold_run(self, stream: Stream, count: int, lineno: int, announce: bytes) -> bool: ...
+    def fold_later(
+        self,
+        stream: Stream,
+        repeat: Repeat,
+        closer: bytes | None,
+        announce: bytes,
+        lineno: int,
+        linenos: list[int],
+    ) -> list[tuple[int, str]] | None: ...
 
 
 class FastPath:
@@ -97,9 +106,11 @@ class FastPath:
         for start, at in zip(index.triggers, index.trigger_lines, strict=True):
             if at < line or at < self._absorbed or at in self._replayed:
                 continue  # taken already, as part of a repeated traceback
-            lineno = self._quiet(block, pos, start, line, at, lineno)
             end = block.find(b"\n", start)
             repeats = parser.repeats(block[start:end]) if end >= 0 else None
+            if repeats is not None and self._bk is not None and self._fold_later(repeats, at, line):
+                continue  # a retried round, folded: its lines stay in the quiet run
+            lineno = self._quiet(block, pos, start, line, at, lineno)
             if repeats is not None:
                 taken = self._repeat(block, repeats, end + 1, at, lineno)
                 if taken is not None:
@@ -220,6 +231,75 @@ class FastPath:
                 self._absorbed = before + n + 2
                 return
             rounds.pop()
+
+    def _fold_later(self, repeats: list[Repeat], at: int, line: int) -> bool:
+        """In an interleaved block, fold the round of a retry loop whose header is block line
+        ``at`` without ending the quiet run that started at block line ``line``: when it is a
+        round :meth:`LineParser.fold_later` folds (its writer waits for none of its lines, and
+        its line before is a quiet one, which the ring reads as it is in the block). Its
+        lines are then taken as a repeat's (:meth:`_repeat`), and the writer's ring takes its
+        quiet lines before the header and the round's, cut when it is read."""
+        bk = self._bk
+        assert bk is not None
+        stream = self._streams[self._keys[at]]
+        parser = self.parser
+        usable = parser.usable(stream, repeats)
+        if not usable:
+            return False
+        found = self._repeat_lines(self._block, stream, usable, at)
+        if found is None:
+            return False
+        repeat, taken = found
+        mine = self._writer_lines(stream)
+        k = bisect_left(mine, at)
+        replayed = self._replayed
+        if k == 0:
+            return False
+        before = mine[k - 1]
+        if before in replayed or (before < line and not bk.skimmed_at(before)):
+            return False  # the ring's newest line is not the quiet line before
+        ends = self._end_list()
+        block, base = self._block, self._base
+        announce = block[ends[before - 1] + 1 if before else 0 : ends[before]]
+        linenos = [base + j + 1 for j in (at, *taken)]
+        closer = self._line_after(stream, taken[-1])
+        items = parser.fold_later(stream, repeat, closer, announce, base + before + 1, linenos)
+        if items is None:
+            return False
+        # The writer's quiet lines since its ring last took any, newest first: those of the
+        # run not yet accounted for (all but the rounds'), and the skimmed ones before it.
+        low = bisect_left(mine, self._taken.get(id(stream), 0), 0, k)
+        mid = bisect_left(mine, line, low, k)
+        picked = [j for j in mine[max(mid, k - 2 * RING) : k] if j not in replayed]
+        if len(picked) < RING and max(mid, k - 2 * RING) > low:
+            picked = self._older_tail(mine, low, mid, k, picked)
+        picked = picked[-RING:]
+        self.pending.pop(id(stream), None)
+        self._taken[id(stream)] = at
+        stream.ring.defer_round(block, ends, base, picked, items, parser.style)
+        replayed.add(at)
+        replayed.update(taken)
+        heapq.heappush(self._replayed_heap, at)
+        for j in taken:
+            heapq.heappush(self._replayed_heap, j)
+        return True
+
+    def _older_tail(
+        self, mine: list[int], low: int, mid: int, k: int, picked: list[int]
+    ) -> list[int]:
+        """:meth:`_fold_later`'s ring lines when the newest ones did not make a ring: the
+        writer's lines ``mine[mid:k]`` but the rounds', after its skimmed ones of
+        ``mine[low:mid]`` (accounted for already)."""
+        bk = self._bk
+        assert bk is not None
+        replayed = self._replayed
+        picked = [j for j in mine[mid:k] if j not in replayed]
+        stop = mid
+        while len(picked) < RING and stop > low:
+            start = max(low, stop - 2 * RING)
+            picked[:0] = bk.skimmed_of(mine[start:stop])
+            stop = start
+        return picked
 
     def _repeat_lines(
         self, block: bytes, stream: Stream, repeats: list[Repeat], at: int

@@ -53,6 +53,14 @@ class BlockKeys:
         """Line ``j``'s bytes in the block: ``block[begin:end]`` (without its newline)."""
         raise NotImplementedError
 
+    def skimmed_at(self, j: int) -> bool:
+        """Whether line ``j`` is skimmed (:meth:`skim`, not :meth:`unskim` since)."""
+        raise NotImplementedError
+
+    def skimmed_of(self, lines: list[int]) -> list[int]:
+        """The skimmed ones of ``lines``, in their order."""
+        raise NotImplementedError
+
     def tail(self, i: int, first: int, upto: int | None) -> list[int]:
         """The last ``ring`` skimmed lines of key id ``i`` in ``[first, upto)``, ascending."""
         raise NotImplementedError
@@ -96,6 +104,13 @@ class ListKeys(BlockKeys):
 
     def unskim(self, j: int) -> None:
         self.skimmed[j] = 0
+
+    def skimmed_at(self, j: int) -> bool:
+        return bool(self.skimmed[j])
+
+    def skimmed_of(self, lines: list[int]) -> list[int]:
+        skimmed = self.skimmed
+        return [j for j in lines if skimmed[j]]
 
     def ends(self) -> list[int]:
         if self._ends is None:
@@ -164,6 +179,16 @@ class NumpyKeys(BlockKeys):
 
     def unskim(self, j: int) -> None:
         self.skimmed[j] = False
+
+    def skimmed_at(self, j: int) -> bool:
+        return bool(self.skimmed[j])
+
+    def skimmed_of(self, lines: list[int]) -> list[int]:
+        if len(lines) < 8:
+            return [j for j in lines if self.skimmed[j]]
+        at = self.np.asarray(lines)
+        picked: list[int] = at[self.skimmed[at]].tolist()
+        return picked
 
     def ends(self) -> list[int]:
         if self._ends is None:

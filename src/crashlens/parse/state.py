@@ -89,7 +89,7 @@ class Ring:
     ring is read, and never when the writer's next block brings a whole ring of newer ones.
     """
 
-    __slots__ = ("_lazy", "_lines", "_style")
+    __slots__ = ("_after", "_lazy", "_lines", "_style")
 
     def __init__(self) -> None:
         self._lines: deque[tuple[int, str | bytes]] = deque(maxlen=RING)
@@ -97,6 +97,8 @@ class Ring:
         #: A deferred tail, newer than ``_lines``: a block, its newline offsets, the file line
         #: number before its first line and the block lines (ascending).
         self._lazy: tuple[bytes, Sequence[int], int, list[int]] | None = None
+        #: Parsed lines newer than the deferred tail (:meth:`defer_round`).
+        self._after: list[tuple[int, str]] = []
 
     def append(self, item: tuple[int, str]) -> None:
         """Add a parsed line (its text already stripped of launcher prefixes)."""
@@ -114,18 +116,37 @@ class Ring:
     ) -> None:
         """Add block lines ``lines`` (ascending; line ``j`` ends at ``ends[j]`` and is file
         line ``base + j + 1``) as :meth:`extend_raw` would, without cutting them yet."""
-        if len(lines) >= RING:
-            self._lines.clear()  # all pushed out by the new ones (the deferred ones too)
+        self.defer_round(block, ends, base, lines, [], style)
+
+    def defer_round(
+        self,
+        block: bytes,
+        ends: Sequence[int],
+        base: int,
+        lines: list[int],
+        items: list[tuple[int, str]],
+        style: PrefixStyle,
+    ) -> None:
+        """:meth:`defer_raw` of ``lines``, then :meth:`append` of each of ``items`` (a
+        repeated traceback's parsed lines), all cut and added only when the ring is read."""
+        if len(lines) + len(items) >= RING:
+            # all pushed out by the new ones (the deferred ones too)
+            self._lines.clear()
+            self._lazy, self._after = None, []
         else:
             self._flush()
         self._style = style
-        self._lazy = (block, ends, base, lines[-RING:])
+        self._lazy = (block, ends, base, lines[-RING:]) if lines else None
+        self._after = items
 
     def _flush(self) -> None:
         lazy = self._lazy
         if lazy is not None:
             self._lazy = None
             self._lines.extend(numbered(*lazy))
+        if self._after:
+            self._lines.extend(self._after)
+            self._after = []
 
     def _line(self, index: int) -> tuple[int, str]:
         lineno, text = self._lines[index]

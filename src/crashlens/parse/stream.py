@@ -489,9 +489,8 @@ class FileParser:
         """Whether a round of a retry loop whose line before is ``announce`` and line after is
         ``closer`` (raw) folds as :meth:`fold_round` folds one: announced as retried (as the
         ring reads that line) and ended by the next record."""
-        return RETRY_ANNOUNCED.search(
-            ring_text(announce, self.style)
-        ) is not None and self._ends_message(closer)
+        text = ring_text(announce, self.style)
+        return RETRY_ANNOUNCED.search(text) is not None and self._ends_message(closer)
 
     def fold_run(self, stream: Stream, count: int, lineno: int, announce: bytes) -> bool:
         """Fold ``count`` more rounds (each :meth:`round_ok`, after a round :meth:`run_ready`
@@ -507,6 +506,55 @@ class FileParser:
         stream.settled = False
         self._line_stream = stream
         return True
+
+    def fold_later(
+        self,
+        stream: Stream,
+        repeat: Repeat,
+        closer: bytes | None,
+        announce: bytes,
+        lineno: int,
+        linenos: list[int],
+    ) -> list[tuple[int, str]] | None:
+        """Fold ``repeat``'s lines (at ``linenos``; ``closer``: the stream's raw line after
+        them) as :meth:`fold_round` would, before the quiet lines of other writers printed
+        among the stream's are accounted for: when nothing of the stream waits for its lines
+        and the round folds whatever it has printed since (no round before it undecided, the
+        traceback it folds into handled for good: announced as retried or followed by a
+        later step), the clock reads a line alike whenever it is read, and ``announce`` (the
+        stream's quiet line before the header, line ``lineno``, which the ring holds then)
+        announced the retry and has a time. Then the round's lines as the ring is to take
+        them after the stream's quiet lines before it; None (and nothing done) otherwise."""
+        closed = repeat.closed
+        if (
+            closed is None
+            or closer is None
+            or stream.fold is not None
+            or closed.final in _NEVER_FOLDED
+            or self.clock.override is not None
+            or not self.clock.year_known
+            or stream.wants_lines()
+        ):
+            return None
+        like = _newest(stream, closed.printed)
+        if like is None or not (like.retried or like.progressed):
+            return None
+        text = ring_text(announce, self.style)
+        if RETRY_ANNOUNCED.search(text) is None or not self._ends_message(closer):
+            return None
+        stamp = self.clock.stamp(text)
+        if stamp is None:
+            return None
+        n = len(linenos)
+        self._line_stream = stream
+        stream.settled = False
+        self.lines += n
+        self.last_lineno = linenos[-1]
+        stream.lines += n
+        stream.last_stamp = (lineno, stamp)
+        stream.watch = None  # the round's own watch, done with at once (it was retried)
+        _fold_into(stream, like)
+        return [(linenos[0], repeat.header), *zip(linenos[1:], repeat.texts, strict=True)]
 
     def _ends_message(self, raw: bytes) -> bool:
         """Whether the raw line ``raw`` ends a traceback's one-line message as the assembler
@@ -732,9 +780,15 @@ def _repeated(stream: Stream, done: DoneTraceback) -> DoneTraceback | None:
 def _fold_target(stream: Stream, printed: Printed, lines: int) -> DoneTraceback | None:
     """The newest of the stream's recent tracebacks that prints ``printed``, if its writer
     survived it (the stream at ``lines`` lines): a round printing it is folded into that one."""
+    like = _newest(stream, printed)
+    return like if like is not None and like.handled(lines) else None
+
+
+def _newest(stream: Stream, printed: Printed) -> DoneTraceback | None:
+    """The newest of the stream's recent tracebacks that prints ``printed``."""
     for like in reversed(stream.tb_done[-FOLD_WINDOW:]):
         if like.tb.twin_of is None and not like.tb.twin_exceptions and like.printed == printed:
-            return like if like.handled(lines) else None
+            return like
     return None
 
 
