@@ -49,6 +49,7 @@ TRANSFORMS: dict[str, Callable[[str], str]] = {
     "srun_label": lambda line: "0: " + line,
     "mpi_tag": lambda line: "[1,0]<stderr>:" + line,
     "stamped": lambda line: "2024-05-01T03:14:00.123456789Z " + line,
+    "jenkins_stamped": lambda line: "[2024-05-01T03:14:00.123Z] " + line,  # Jenkins' Timestamper
     "dedent": lambda line: line.lstrip(),
     "double_spaced": lambda line: line + "\n",
     # a combined console: another rank's chatter between every line of this one's

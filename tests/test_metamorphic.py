@@ -38,6 +38,14 @@ def test_a_paste_keeps_the_diagnosis(transform: str, tmp_path: Path) -> None:
     assert metamorphic.changed(RIGHT, transform, RULES, tmp_path) == []
 
 
+def test_a_ci_servers_stamp_on_every_line_keeps_the_diagnosis(tmp_path: Path) -> None:
+    # Jenkins' Timestamper: "[<ISO time>] " before every line (18 of 506 right tune cases changed
+    # before it was read). The two left already carry a tool's stamp on every line, and a stamp
+    # over a stamp is not read (kubectl's RFC 3339 stamp changes the same two).
+    changed = metamorphic.changed(RIGHT, "jenkins_stamped", RULES, tmp_path)
+    assert set(changed) <= {"divamgupta-deep-clustering-kingdra-2", "project-monai-monai-4530"}
+
+
 def test_the_rewrite_really_rewrites(tmp_path: Path) -> None:
     case = next(c for c in RIGHT if c.cause == "cuda_oom")
     copy = metamorphic.rewrite(case.path, tmp_path / "x", "indent4")

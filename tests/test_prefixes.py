@@ -72,6 +72,32 @@ def test_stamped_console_strips_the_tools_timestamp_and_keeps_it() -> None:
     assert kube[0] == "Traceback (most recent call last):" and kube[1].rank == 3
 
 
+def test_a_ci_servers_bracketed_stamp_is_stripped_and_kept() -> None:
+    # Project-MONAI/MONAI#4530: Jenkins' Timestamper puts "[<ISO time>] " before every line
+    head = [
+        "[2022-06-18T02:31:52.572Z] tests/test_integration_segmentation_3d.py",
+        "[2022-06-18T02:31:53.944Z] Traceback (most recent call last):",
+        '[2022-06-18T02:31:53.944Z]   File "t.py", line 21, in <module>',
+        "[2022-06-18T02:31:53.944Z] AttributeError: module 'distutils' has no attribute 'version'",
+    ]
+    style = sniff_style(head)
+    assert style.stamped
+    text, p = strip(head[2], style)
+    assert text == '  File "t.py", line 21, in <module>'
+    assert p.stamp == "[2022-06-18T02:31:53.944Z] "
+    # one stamped exception line in an unstamped paste is a tool's too
+    bare = strip(head[3], sniff_style(["plain", "text"]))
+    assert bare[0].startswith("AttributeError: module") and bare[1].stamp
+
+
+def test_a_logging_format_in_brackets_is_not_a_tools_stamp() -> None:
+    # DeepSpeed's own records put the time in brackets too, followed by the level
+    head = [f"[2023-05-10 11:54:2{i},344] [INFO] [launch.py:1{i}:main] step {i}" for i in range(5)]
+    style = sniff_style(head)
+    assert not style.stamped
+    assert strip(head[0], style)[0] == head[0]
+
+
 def test_plain_logging_file_is_not_a_stamped_console() -> None:
     head = [f"2024-05-01 03:14:0{i},000 INFO train: step {i}" for i in range(5)]
     assert not sniff_style(head).stamped

@@ -24,10 +24,15 @@ _SRUN = lazyre.compile_regex(r" *(?P<n>\d{1,5}): ")
 _NOT_EXCEPTION = r"(?<!Error)(?<!Exception)(?<!Warning)(?<!Exit)(?<!Interrupt)(?<!Iteration)"
 _PDSH = lazyre.compile_regex(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r": ")
 _KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
-_LEADING_STAMP = lazyre.compile_regex(
-    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
+#: A tool's stamp: RFC 3339 or ISO 8601 as ``kubectl logs --timestamps``, ``docker logs -t`` and
+#: CI runners put it, or in brackets, as Jenkins' Timestamper does (``[2022-06-18T02:31:53.944Z]``).
+_STAMP_RE = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_LEADING_STAMP = lazyre.compile_regex(rf"(?:{_STAMP_RE}|\[{_STAMP_RE}\]) ")
+#: Stamps only a tool writes, never a logging library's default format: RFC 3339 in UTC with
+#: nanoseconds (kubectl, docker), and Jenkins' bracketed ISO time in UTC.
+_CONTAINER_STAMP = lazyre.compile_regex(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z |\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z\] "
 )
-_CONTAINER_STAMP = lazyre.compile_regex(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
 #: An exception's final line, as Python prints it (bare: a logger puts its level first).
 _BARE_EXCEPTION_RE = r"[A-Za-z_][\w.]{0,80}(?:Error|Exception|Interrupt|Exit):"
 _BARE_EXCEPTION = lazyre.compile_regex(_BARE_EXCEPTION_RE)
@@ -183,7 +188,7 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
         if m:
             stamp = m.group(0)
             pos = m.end()
-    elif text[:1].isdigit():
+    elif text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit()):
         # A stamp before an exception's final line is a tool's, whatever the file's other
         # lines do (a short paste, continuation lines left unstamped): Python prints that
         # line bare, and a logger would have put its level first.
@@ -250,7 +255,7 @@ def nccl_origin(text: str) -> Prefix | None:
 
 
 # -- the fast path's demultiplexer: every line's prefix in one regex pass over bytes ------------
-_B_STAMP = rb"(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? )?"
+_B_STAMP = b"(?:(?:" + _STAMP_RE.encode() + rb"|\[" + _STAMP_RE.encode() + rb"\]) )?"
 _B_PDSH = rb"(?:[A-Za-z][\w\-.]*" + _NOT_EXCEPTION.encode() + rb": )?"
 _B_SRUN = rb"(?: *\d{1,5}: )?"
 _B_KUBECTL = rb"\[pod/[^/\]\s]+/[^\]\s]+\] "
