@@ -346,3 +346,29 @@ def test_a_flattened_traceback_whose_last_frame_printed_no_source_line() -> None
         "in <module>",
         "ModuleNotFoundError: No module named 'llmtuner.cli'",
     )
+
+
+def test_vs_codes_exception_report_is_a_traceback_named_first() -> None:
+    # midasklr/yolov5prune#113 as posted: VS Code's debugger names the exception and its
+    # message first, then the frames
+    asm = assemble(
+        "Exception has occurred: ModuleNotFoundError\n"
+        "No module named 'tensorboard'\n"
+        '  File "D:\\Python\\yolov5prune-v5.0\\train.py", line 21, in <module>\n'
+        "    from torch.utils.tensorboard import SummaryWriter\n"
+        "Epoch 0: loss 1.2\n"
+    )
+    (tb,) = asm.done
+    (exc,) = tb.exceptions
+    assert (exc.type, exc.message, exc.lineno) == (
+        "ModuleNotFoundError",
+        "No module named 'tensorboard'",
+        1,
+    )
+    (frame,) = exc.frames
+    assert frame.line == 21 and frame.user_code
+    assert frame.code == "from torch.utils.tensorboard import SummaryWriter"
+    # the line after the frames is not part of it
+    assert "Epoch 0" not in "\n".join(tb.text)
+    # prose that only mentions the words is not a report
+    assert assemble("The docs say: Exception has occurred: see the log\n").done == []

@@ -46,6 +46,9 @@ _IPY_FRAME = lazyre.compile_regex(
     r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
 )
+#: VS Code's debugger names the exception first (``Exception has occurred: KeyError``), then
+#: its message, then the frames, innermost last, as a traceback prints them.
+_VSCODE_HEADER = lazyre.compile_regex(r"Exception has occurred: (?P<type>[A-Za-z_][\w.]*)\s*")
 _EXC_LINE = lazyre.compile_regex(r"(?P<type>[A-Za-z_][\w.]*)(?::[ ]?(?P<msg>.*))?")
 _RECORD_START = lazyre.compile_regex(
     r"\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:|\[?[IWEF]\d{3,4} \d{2}:\d{2}|"
@@ -288,6 +291,7 @@ class State(Enum):
     RICH = "rich"  #: inside a rich traceback box
     IPYTHON = "ipython"  #: an IPython/Jupyter traceback
     FAULT = "fault"  #: a faulthandler dump
+    VSCODE = "vscode"  #: VS Code's exception report: type, message, then frames
 
 
 def _margin(indent: str) -> bool:
@@ -314,6 +318,7 @@ class TracebackAssembler:
             State.RICH: self._on_rich,
             State.IPYTHON: self._on_ipython,
             State.FAULT: self._on_fault,
+            State.VSCODE: self._on_vscode,
         }
 
     def feed(self, lineno: int, text: str) -> bool:
@@ -389,6 +394,15 @@ class TracebackAssembler:
             self.current.exc_message = [text[len("Fatal Python error: ") :]]
             self.current.exc_line = lineno
             return True
+        if stripped.startswith("Exception has occurred: "):
+            m = _VSCODE_HEADER.fullmatch(stripped)
+            if m:
+                self._start(lineno, text, State.VSCODE)
+                assert self.current is not None
+                self.current.exc_type = m["type"]
+                self.current.exc_message = []
+                self.current.exc_line = lineno
+                return True
         if _bare_exception(text):
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
@@ -545,6 +559,25 @@ class TracebackAssembler:
             line = int(m["line"] or m["cline"])
             tb.add_frame(Frame(path, line, m["func"] or "<cell>", is_user_path(path)))
         return tb.line_count < MAX_TB_LINES
+
+    def _on_vscode(self, lineno: int, text: str) -> bool:
+        tb = self.current
+        assert tb is not None
+        m = _BARE_FRAME.match(text)
+        if m:
+            tb.add_frame(_frame(m))
+            return True
+        if not text.strip():
+            return False
+        if tb.frames:
+            if text.startswith("    "):  # the last frame's source line
+                tb.source_line(text)
+                return True
+            return False
+        if len(tb.exc_message) < BARE_MESSAGE_LINES:
+            tb.exc_message.append(text)
+            return True
+        return False
 
     def _on_fault(self, lineno: int, text: str) -> bool:
         tb = self.current
