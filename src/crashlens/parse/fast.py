@@ -50,7 +50,13 @@ class LineParser(Protocol):
     def replay(self, stream: Stream, repeat: Repeat, linenos: list[int]) -> None: ...
 
     def fold_round(
-        self, stream: Stream, repeat: Repeat, closer: bytes | None, linenos: list[int]
+        self,
+        stream: Stream,
+        repeat: Repeat,
+        closer: bytes | None,
+        linenos: list[int],
+        *,
+        fed: bool = False,
     ) -> bool: ...
     def run_ready(self, stream: Stream, repeat: Repeat) -> bool: ...
     def round_ok(self, announce: bytes, closer: bytes) -> bool: ...
@@ -107,10 +113,13 @@ class FastPath:
             if at < line or at < self._absorbed or at in self._replayed:
                 continue  # taken already, as part of a repeated traceback
             end = block.find(b"\n", start)
-            repeats = parser.repeats(block[start:end]) if end >= 0 else None
-            if repeats is not None and self._bk is not None and self._fold_later(repeats, at, line):
-                continue  # a retried round, folded: its lines stay in the quiet run
+            if self._bk is not None and end >= 0:
+                repeats = parser.repeats(block[start:end])
+                if repeats is not None and self._fold_later(repeats, at, line):
+                    continue  # a retried round, folded: its lines stay in the quiet run
             lineno = self._quiet(block, pos, start, line, at, lineno)
+            # (the quiet run may have ended a traceback that became a repeat)
+            repeats = parser.repeats(block[start:end]) if end >= 0 else None
             if repeats is not None:
                 taken = self._repeat(block, repeats, end + 1, at, lineno)
                 if taken is not None:
@@ -168,10 +177,19 @@ class FastPath:
                     stop = block.find(b"\n", after)
                     closer = block[after:stop] if stop >= 0 else None
                     linenos = list(range(lineno + 1, lineno + n + 2))
-                    if not self.parser.fold_round(stream, repeat, closer, linenos):
-                        self.parser.replay(stream, repeat, linenos)
-                    else:
+                    if self.parser.fold_round(stream, repeat, closer, linenos):
                         self._fold_run(block, stream, repeat, usable, at + n + 1)
+                    elif closer is None or not self._quiet_line(at + n + 1):
+                        self.parser.replay(stream, repeat, linenos)
+                    elif self.parser.fold_round(stream, repeat, closer, linenos, fed=True):
+                        # fed as the per-line path feeds it to end the round (no bulk run
+                        # after it: a run starts after a record)
+                        pos, lineno = self.parser.feed_bytes(
+                            block, after, lineno + n + 1, quiet=True
+                        )
+                        return pos, lineno, at + n + 2
+                    else:
+                        self.parser.replay(stream, repeat, linenos)
                     return after, lineno + n + 1, at + n + 1
             return None
         lines = self._repeat_lines(block, stream, usable, at)
@@ -179,12 +197,40 @@ class FastPath:
             return None
         repeat, taken = lines
         linenos = [self._base + j + 1 for j in (at, *taken)]
-        if not self.parser.fold_round(stream, repeat, self._line_after(stream, taken[-1]), linenos):
-            self.parser.replay(stream, repeat, linenos)
+        parser = self.parser
+        closer = self._line_after(stream, taken[-1])
+        if not parser.fold_round(stream, repeat, closer, linenos):
+            following = self._next_of(stream, taken[-1])
+            if (
+                closer is not None
+                and following is not None
+                and self._quiet_line(following)
+                and parser.fold_round(stream, repeat, closer, linenos, fed=True)
+            ):
+                # fed as the per-line path feeds it to end the round: the writer's next line,
+                # a quiet one (what else its block holds is a quiet run's or another writer's)
+                parser.feed_raw(closer, self._base + following + 1, quiet=True)
+                taken = [*taken, following]
+            else:
+                parser.replay(stream, repeat, linenos)
         self._replayed.update(taken)
         for j in taken:
             heapq.heappush(self._replayed_heap, j)
         return pos, lineno + 1, at + 1
+
+    def _quiet_line(self, j: int) -> bool:
+        """Whether block line ``j`` holds no trigger (the per-line path feeds it as quiet)."""
+        index = self._index
+        assert index is not None
+        lines = index.trigger_lines
+        k = bisect_left(lines, j)
+        return k == len(lines) or lines[k] != j
+
+    def _next_of(self, stream: Stream, j: int) -> int | None:
+        """The block line of ``stream``'s line after its block line ``j``, if in the block."""
+        mine = self._writer_lines(stream)
+        k = bisect_left(mine, j) + 1
+        return mine[k] if k < len(mine) else None
 
     def _fold_run(
         self, block: bytes, stream: Stream, repeat: Repeat, usable: list[Repeat], line: int

@@ -417,7 +417,13 @@ class FileParser:
         fast_forward(repeat, stream.assembler, linenos)
 
     def fold_round(
-        self, stream: Stream, repeat: Repeat, closer: bytes | None, linenos: list[int]
+        self,
+        stream: Stream,
+        repeat: Repeat,
+        closer: bytes | None,
+        linenos: list[int],
+        *,
+        fed: bool = False,
     ) -> bool:
         """Take ``repeat``'s lines (at ``linenos``, the header's first; ``closer``: the raw
         line of the stream after them, if in view) as one more round of a retry loop when that
@@ -426,9 +432,21 @@ class FileParser:
         survived, into which it is folded. Then nothing is assembled; the lines count and fill
         the ring. False: not such a round (nothing changed but what the per-line path would
         have changed first: the ring's skimmed lines, the stream's time cache, the round
-        before's fold)."""
+        before's fold).
+
+        ``fed``: the caller feeds ``closer`` (a quiet line) right after, as the per-line path
+        would have fed it to end the round: then a closer of progress-bar states (``\r``)
+        whose first state ends the message folds too, when no earlier traceback of the stream
+        is still watching its lines (the first state is then read alike, the round open or
+        not: it ends the message, then is a line of its own)."""
         closed = repeat.closed
         if closed is None or closer is None:
+            return False
+        if (
+            fed
+            and stream.watch is not None
+            and stream.watch.watching(stream.lines + len(linenos) + 1)
+        ):
             return False
         header = linenos[0]
         if self.fast.pending:
@@ -438,7 +456,7 @@ class FileParser:
             or not stream.ring
             or closed.final in _NEVER_FOLDED
             or not RETRY_ANNOUNCED.search(stream.ring[-1][1])
-            or not self._ends_message(closer)
+            or not self._ends_message(closer, bars=fed)
         ):
             return False
         n = len(linenos)
@@ -556,12 +574,18 @@ class FileParser:
         _fold_into(stream, like)
         return [(linenos[0], repeat.header), *zip(linenos[1:], repeat.texts, strict=True)]
 
-    def _ends_message(self, raw: bytes) -> bool:
+    def _ends_message(self, raw: bytes, *, bars: bool = False) -> bool:
         """Whether the raw line ``raw`` ends a traceback's one-line message as the assembler
-        would see it: another record (a timestamp, a progress bar, NCCL's)."""
-        if not raw or b"\x1b" in raw or b"\r" in raw or b"Traceback" in raw:
+        would see it: another record (a timestamp, a progress bar, NCCL's). ``bars``: a line
+        of ``\r``-separated states is fed state by state, and its first state decides."""
+        if not raw or b"\x1b" in raw or b"Traceback" in raw:
             return False
-        parts = split_glued(raw[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip(" \t"))
+        text = raw[:MAX_LINE_BYTES].decode("utf-8", "replace")
+        if "\r" in text:
+            if not bars:
+                return False
+            text = next((part for part in text.split("\r") if part), "")
+        parts = split_glued(text.rstrip(" \t"))
         if len(parts) != 1:
             return False
         text, _ = strip(parts[0], self.style)
