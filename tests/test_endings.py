@@ -169,3 +169,45 @@ def test_a_launchers_traceback_cut_off_is_its_report_not_the_ending(tmp_path: Pa
     log.write_text("".join(LAUNCHER_CUT.splitlines(True)[-3:]))
     report = analyze([log])
     assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"
+
+
+STARTUP = CAPTURES / "startup"
+
+
+def _primary_rule(report: Report) -> str | None:
+    return report.primary.rule_id if report.primary else None
+
+
+def test_a_job_that_ends_on_its_launchers_banner_is_stuck_at_start_up(tmp_path: Path) -> None:
+    hang = (STARTUP / "torchrun_nnodes2_killed.log").read_text()
+    healthy = (STARTUP / "torchrun_healthy.log").read_text()
+    # one node's console: the banner, then nothing
+    assert _primary_rule(analyze([STARTUP / "torchrun_nnodes2_killed.log"])) == (
+        "startup-hang-after-launch"
+    )
+    # the workers printed after the banner: healthy
+    assert not analyze([STARTUP / "torchrun_healthy.log"]).failed
+    # two nodes' consoles, both ending on the banner: the whole job stopped there
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "node-01.log").write_text(hang)
+    (both / "node-02.log").write_text(hang)
+    report = analyze([both])
+    assert _primary_rule(report) == "startup-hang-after-launch"
+    (cause,) = [c for c in report.causes if c.rule_id == "startup-hang-after-launch"]
+    assert {h.evidence.file.rsplit("/", 1)[-1] for h in cause.match.hits} == {
+        "node-01.log",
+        "node-02.log",
+    }
+    # one node's workers went on: the job did not stop at its start
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "node-01.log").write_text(hang)
+    (mixed / "node-02.log").write_text(healthy)
+    assert not analyze([mixed]).failed
+
+
+def test_a_banner_in_a_console_other_writers_share_is_not_placed() -> None:
+    # torchrun --tee: the launcher's banner (no prefix) is its writer's last line, the workers'
+    # "[defaultN]:" lines come after it; several writers in one file: nothing is flagged
+    assert not analyze([STARTUP / "torchrun_tee_healthy.log"]).failed

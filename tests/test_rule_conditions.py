@@ -309,3 +309,21 @@ def test_last_words_lets_one_final_finding_meet_at_least(tmp_path: Path) -> None
     )
     with pytest.raises(RuleError, match="'last_words' must be true or false"):
         load_rules([tmp_path], include_default=False, strict=True)
+
+
+def test_ends_job_counts_only_findings_the_job_ended_on(tmp_path: Path) -> None:
+    (tmp_path / "stuck.yaml").write_text(
+        RULE.format(id="stuck", extra="condition: {any: [err], same: job, ends_job: true}")
+    )
+    rules = load_rules([tmp_path], include_default=False, strict=True)
+    ev = Evidence("a.log", 1, 0, None, 1.0, False, "MYFW-NCCL failure")
+    early = Hit("stuck", "err", ev, {})
+    final = Hit("stuck", "err", ev, {}, ends_job=True)
+    assert match([early], rules) == []
+    (found,) = match([early, final], rules)
+    assert found.hits == (final,)
+    (tmp_path / "stuck.yaml").write_text(
+        RULE.format(id="stuck", extra="condition: {any: [err], ends_job: 1}")
+    )
+    with pytest.raises(RuleError, match="'ends_job' must be true or false"):
+        load_rules([tmp_path], include_default=False, strict=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+from crashlens import lazyre
 from crashlens.model import (
     ChildFailure,
     ClockSkew,
@@ -102,7 +103,7 @@ def align(
                     last_time=_minus(summary.last_time, delta),
                 )
             )
-    hits = wall_clock_for_uptime(hits)
+    hits = mark_job_ends(wall_clock_for_uptime(hits), results)
     ranks = merge_ranks(summaries, failures)
     rank_map = {key: rank for res in results for key, rank in res.rank_map.items()}
     rank_map.update(
@@ -123,6 +124,52 @@ def align(
         clock_skew=clock,
         facts=[f for res in results for f in res.facts],
     )
+
+
+#: A line that says nothing: blank or punctuation, after a log record's prefix if it has one (a
+#: banner's rule of asterisks, ``W1206 03:59:26.009000 2937 torch/distributed/run.py:874] ***``).
+_SAYS_NOTHING = lazyre.compile(r"(?:.*\]\s)?[\W_]*")
+
+
+def mark_job_ends(hits: list[Hit], results: list[FileResult]) -> list[Hit]:
+    """Flag the findings the whole job ended on (``Hit.ends_job``): each writer's last line that
+    says something holds a finding of the same rule, so nothing was printed after them anywhere (a
+    launcher's start-up banner and no worker output: the job stopped before its first line).
+
+    A writer alone in its file is placed exactly (its lines are numbered one after another);
+    a job with a writer that shares its file with others gets no flag.
+    """
+    ends: set[tuple[str, int]] = set()
+    for res in results:
+        writers = [s for s in res.ranks if s.lines]
+        if not writers:
+            continue
+        if len(writers) > 1:
+            return hits
+        (writer,) = writers
+        back = next(
+            (k for k, text in enumerate(reversed(writer.last_lines)) if not _SAYS_NOTHING.fullmatch(text)),
+            None,
+        )
+        if back is None:
+            return hits
+        ends.add((writer.last_file, writer.last_lineno - back))
+    if not ends:
+        return hits
+    at_end: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for hit in hits:
+        where = (hit.evidence.file, hit.evidence.line)
+        if where in ends:
+            at_end[hit.rule_id].add(where)
+    enders = {rule_id for rule_id, places in at_end.items() if places == ends}
+    if not enders:
+        return hits
+    return [
+        dataclasses.replace(h, ends_job=True)
+        if h.rule_id in enders and (h.evidence.file, h.evidence.line) in ends
+        else h
+        for h in hits
+    ]
 
 
 def _minus(t: float | None, delta: float) -> float | None:

@@ -181,6 +181,10 @@ def _evaluate_group(cond: Condition, hits: list[Hit]) -> list[Hit]:
     for hit in hits:
         by_det[hit.detector].append(hit)
     positive = [h for d in (*cond.any, *cond.all) for h in by_det.get(d, [])]
+    if cond.ends_job:
+        positive = [h for h in positive if h.ends_job]
+        if not positive:
+            return []
     if cond.any and not any(by_det.get(d) for d in cond.any):
         return []
     if not all(by_det.get(d) for d in cond.all):

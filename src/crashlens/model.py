@@ -266,6 +266,9 @@ class Hit:
     roles: Roles = field(default_factory=lambda: _UNSET_ROLES)
     #: Its line is the last its writer printed (nothing after it but blank lines).
     last_words: bool = False
+    #: The job ended on it: every writer's last line with words holds a finding of its rule
+    #: (set by :func:`crashlens.align.mark_job_ends`).
+    ends_job: bool = False
 
     def __post_init__(self) -> None:
         if self.roles is _UNSET_ROLES:

@@ -81,7 +81,8 @@ class Condition:
     ``within`` bounds, in seconds, how far apart the co-occurring signals may be; ``at_least``
     is how many hits a group needs (a line that only means failure when it repeats: a retry
     loop that never gets through); with ``last_words``, one hit that is the last line its
-    writer printed is enough (the process stopped right after saying it).
+    writer printed is enough (the process stopped right after saying it). With ``ends_job``,
+    only findings the whole job ended on count (every writer's last line with words).
     """
 
     any: tuple[str, ...] = ()
@@ -91,6 +92,7 @@ class Condition:
     same: Same = "rank"
     at_least: int = 1
     last_words: bool = False
+    ends_job: bool = False
 
 
 #: ``facts.test`` values of a fact-only rule (see docs/rules.md, "Rules on facts").

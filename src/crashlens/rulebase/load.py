@@ -48,7 +48,7 @@ _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
 _GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
 _ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
-_CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least", "last_words"}
+_CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least", "last_words", "ends_job"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FACT_KEY = lazyre.compile_regex(r"^[a-z][a-z0-9_]{0,63}$")
@@ -667,6 +667,9 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
     last_words = value.get("last_words", False)
     if not isinstance(last_words, bool):
         raise _fail("condition 'last_words' must be true or false", path, value)
+    ends_job = value.get("ends_job", False)
+    if not isinstance(ends_job, bool):
+        raise _fail("condition 'ends_job' must be true or false", path, value)
     return Condition(
         any=parts["any"],
         all=parts["all"],
@@ -675,4 +678,5 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
         same=same,
         at_least=at_least,
         last_words=last_words,
+        ends_job=ends_job,
     )
