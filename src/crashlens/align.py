@@ -147,10 +147,8 @@ def mark_job_ends(hits: list[Hit], results: list[FileResult]) -> list[Hit]:
         if len(writers) > 1:
             return hits
         (writer,) = writers
-        back = next(
-            (k for k, text in enumerate(reversed(writer.last_lines)) if not _SAYS_NOTHING.fullmatch(text)),
-            None,
-        )
+        tail = list(reversed(writer.last_lines))
+        back = next((k for k, text in enumerate(tail) if not _SAYS_NOTHING.fullmatch(text)), None)
         if back is None:
             return hits
         ends.add((writer.last_file, writer.last_lineno - back))
