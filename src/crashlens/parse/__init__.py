@@ -12,9 +12,9 @@ from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.ingest.unwrap import unwrap, wrap_width
 from crashlens.model import FileResult, Source
-from crashlens.parse.index import BlockIndex, index_block, scanner_markers
+from crashlens.parse.index import DENSE_LINES, BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
-from crashlens.parse.scan import STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
+from crashlens.parse.scan import BLOCK, STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
 from crashlens.parse.stream import FileParser
 from crashlens.ruletypes import RuleSet
 
@@ -108,7 +108,10 @@ def parse_binary(
 def reads_as_console(path: Path) -> bool:
     """Whether the plain file at ``path`` starts as a combined console of ``[name]:``-prefixed
     lines, whose big blocks have their keys read with numpy (:func:`~crashlens.parse.index.
-    dense_ids`): a runner imports numpy once before forking its workers, instead of in each."""
+    dense_ids`): a runner imports numpy once before forking its workers, instead of in each.
+    Not when its lines are so long (progress bars redrawn many times on each) that a block
+    holds too few for numpy to read their keys: its blocks are then read without it, and
+    its import would only hold up the parse (a block that does hold enough imports it)."""
     try:
         with path.open("rb") as f:
             head = f.read(256 * 1024)
@@ -118,7 +121,10 @@ def reads_as_console(path: Path) -> bool:
     if not sample:
         return False
     prefixes = key_pattern(sniff_style(sample))
-    return prefixes.bracketed and prefixes.dense(head, 0, head.rfind(b"\n") + 1)
+    end = head.rfind(b"\n") + 1
+    if end <= 0 or head.count(b"\n", 0, end) * BLOCK <= DENSE_LINES * end:
+        return False
+    return prefixes.bracketed and prefixes.dense(head, 0, end)
 
 
 def _head_lines(head: bytes) -> list[str]:
