@@ -211,3 +211,13 @@ def test_a_banner_in_a_console_other_writers_share_is_not_placed() -> None:
     # torchrun --tee: the launcher's banner (no prefix) is its writer's last line, the workers'
     # "[defaultN]:" lines come after it; several writers in one file: nothing is flagged
     assert not analyze([STARTUP / "torchrun_tee_healthy.log"]).failed
+
+
+def test_a_start_up_banner_the_job_went_on_from_is_no_event() -> None:
+    # the cascade fixture's consoles begin with torchrun's banner; it is not on the timeline
+    report = analyze([FIXTURES / "gpu/nccl_timeout_cascade"])
+    assert report.primary is not None and report.primary.rule_id == "cuda-oom"
+    assert "startup-hang-after-launch" not in set(report.timeline["signal"])
+    # where the job did end on it, it is
+    hang = analyze([STARTUP / "torchrun_nnodes2_killed.log"])
+    assert "startup-hang-after-launch" in set(hang.timeline["signal"])

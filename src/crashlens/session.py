@@ -497,6 +497,11 @@ class Session:
                 f"nothing to analyse: {plural(len(self.results), 'input')} read, all empty"
             )
         timeline = self.timeline()
+        # A finding that only means something where the job ended (a launcher's start-up
+        # banner) says nothing anywhere else: it is not an event of the job.
+        only_at_end = {r.id for r in self.rules.rules if r.condition.ends_job}
+        if only_at_end:
+            timeline.hits = [h for h in timeline.hits if h.ends_job or h.rule_id not in only_at_end]
         hits, flight = self.hits(timeline)
         if flight is not None:
             notes.extend(Note(n) for n in flight.notes)
