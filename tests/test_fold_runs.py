@@ -7,10 +7,8 @@ the writers' line counts and last lines, and the times later lines inherit."""
 
 from __future__ import annotations
 
-import calendar
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -19,23 +17,10 @@ from crashlens import analyze
 from crashlens.model import FileResult
 from crashlens.parse import keyed
 from crashlens.parse.stream import FileParser
-from crashlens.rulebase import load_rules
-from crashlens.session import SequentialRunner, Session
+from retry_support import NCCL, ROUND, STEP, read, stamp
 
-RULES = load_rules()
-START = calendar.timegm((2024, 5, 1, 1, 0, 0, 0, 0, 0))
 ANNOUNCE = "{ts},{ms:03d} WARNING train.data: shard fetch failed, retrying (attempt 1/5)\n"
 UNANNOUNCED = "{ts},{ms:03d} ERROR train.data: shard fetch failed\n"
-ROUND = (
-    "Traceback (most recent call last):\n"
-    '  File "/srv/train/data/remote.py", line 88, in fetch_shard\n'
-    "    return session.get(url, timeout=30).content\n"
-    '  File "/opt/conda/lib/python3.10/site-packages/requests/sessions.py", line 602, in get\n'
-    '    return self.request("GET", url, **kwargs)\n'
-    "ConnectionResetError: [Errno 104] Connection reset by peer\n"
-)
-STEP = "{ts},{ms:03d} INFO train: step {n} loss 0.5\n"
-NCCL = "node-00:4100:4141 [1] NCCL INFO Channel {ch:02d}/0 : 1[1] -> 2[1] via P2P/IPC/read\n"
 BAR = "".join(f"eval: {p:3d}%|{'#' * (p // 10):10s}| {p}/100 [00:01<00:10]\r" for p in (0, 50, 99))
 PLAIN = "loading shard {n} of the eval set\n"  # no time, no step: it tells nothing
 OOM = (
@@ -44,10 +29,6 @@ OOM = (
     "    loss.backward()\n"
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
 )
-
-
-def _stamp(sec: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(START + sec))
 
 
 def _writer(seed: int, rounds: int, *, ending: str, bars: bool = False) -> list[str]:
@@ -65,7 +46,7 @@ def _writer(seed: int, rounds: int, *, ending: str, bars: bool = False) -> list[
             sec += 1
             kind = rng.random()
             if kind < 0.5:
-                out.append(STEP.format(ts=_stamp(sec), ms=rng.randrange(1000), n=sec))
+                out.append(STEP.format(ts=stamp(sec), ms=rng.randrange(1000), n=sec))
             elif kind < 0.8:
                 out.append(NCCL.format(ch=rng.randrange(32)))
             else:
@@ -74,25 +55,25 @@ def _writer(seed: int, rounds: int, *, ending: str, bars: bool = False) -> list[
             out.append(BAR + "\n")
         sec += 1
         plain = n % 17 == 0  # decided by the lines after it, as any traceback
-        out.append((UNANNOUNCED if plain else ANNOUNCE).format(ts=_stamp(sec), ms=n % 1000))
+        out.append((UNANNOUNCED if plain else ANNOUNCE).format(ts=stamp(sec), ms=n % 1000))
         out.extend(ROUND.splitlines(keepends=True))
         if bars and rng.random() < 0.3:
             out.append(BAR + "\n")  # the round's message ends at the bar's first state
     if ending == "oom":
         sec += 1
-        out.append(STEP.format(ts=_stamp(sec), ms=0, n=sec))
+        out.append(STEP.format(ts=stamp(sec), ms=0, n=sec))
         out.extend(PLAIN.format(n=sec + k) for k in range(40))  # more than a ring: untimed
         out.extend(OOM.splitlines(keepends=True))
     elif ending == "unsurvived":
         sec += 1
-        out.append(UNANNOUNCED.format(ts=_stamp(sec), ms=999))
+        out.append(UNANNOUNCED.format(ts=stamp(sec), ms=999))
         out.extend(ROUND.splitlines(keepends=True))
     elif ending in ("retried-last", "retried-then-step"):
         sec += 1
-        out.append(ANNOUNCE.format(ts=_stamp(sec), ms=998))
+        out.append(ANNOUNCE.format(ts=stamp(sec), ms=998))
         out.extend(ROUND.splitlines(keepends=True))
         if ending == "retried-then-step":  # the round is among the writer's last lines
-            out.append(STEP.format(ts=_stamp(sec + 1), ms=0, n=sec + 1))
+            out.append(STEP.format(ts=stamp(sec + 1), ms=0, n=sec + 1))
     return out
 
 
@@ -106,13 +87,6 @@ def _console(logs: list[list[str]], seed: int) -> list[str]:
             pos[r] += len(burst)
             out.extend(f"[rank{r}]: {line}" for line in burst)
     return out
-
-
-def _read(path: Path, fast: bool) -> FileResult:
-    session = Session(RULES, fast=fast, runner=SequentialRunner())
-    session.read_paths([path])
-    (result,) = session.results
-    return result
 
 
 def _seen(result: FileResult) -> dict[str, object]:
@@ -165,7 +139,7 @@ class _Spy:
 
 
 def _same(path: Path) -> tuple[FileResult, FileResult]:
-    fast, slow = _read(path, True), _read(path, False)
+    fast, slow = read(path, True), read(path, False)
     assert _seen(fast) == _seen(slow)
     return fast, slow
 
@@ -213,7 +187,7 @@ def test_a_round_in_the_middle_of_a_run_that_is_not_announced_ends_the_run(
     middle = next(
         i for i, line in enumerate(lines) if i > len(lines) // 2 and line.startswith("Traceback")
     )
-    lines[middle - 1] = UNANNOUNCED.format(ts=_stamp(100_000), ms=0)
+    lines[middle - 1] = UNANNOUNCED.format(ts=stamp(100_000), ms=0)
     lines[middle + ROUND.count("\n") : middle + ROUND.count("\n")] = [
         PLAIN.format(n=k) for k in range(60)
     ]
@@ -254,7 +228,7 @@ def test_rounds_of_interleaved_writers_fold_inside_the_quiet_run(
 
 
 @pytest.mark.parametrize("layout", ["tree", "console"])
-def test_a_round_ended_by_a_progress_bar_folds_and_the_bar_is_read(
+def test_a_round_ended_by_a_progress_bar_folds_and_the_bar_isread(
     layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if layout == "tree":

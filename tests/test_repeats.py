@@ -14,24 +14,11 @@ import pytest
 
 from crashlens import analyze
 from crashlens.model import FileResult
-from crashlens.rulebase import load_rules
-from crashlens.session import SequentialRunner, Session
+from retry_support import NCCL, ROUND, STEP, read, stamp
 
-RULES = load_rules()
-START = calendar.timegm((2024, 5, 1, 1, 0, 0, 0, 0, 0))
-RETRIED = (
-    "{ts},002 WARNING train.data: shard fetch failed, retrying (attempt 1/5)\n"
-    "Traceback (most recent call last):\n"
-    '  File "/srv/train/data/remote.py", line 88, in fetch_shard\n'
-    "    return session.get(url, timeout=30).content\n"
-    '  File "/opt/conda/lib/python3.10/site-packages/requests/sessions.py", line 602, in get\n'
-    '    return self.request("GET", url, **kwargs)\n'
-    "ConnectionResetError: [Errno 104] Connection reset by peer\n"
-)
+RETRIED = "{ts},002 WARNING train.data: shard fetch failed, retrying (attempt 1/5)\n" + ROUND
 #: Lines of one retried traceback (its announcing record, then the traceback).
 RETRIED_LINES = RETRIED.count("\n")
-STEP = "{ts},{ms:03d} INFO train: step {n} loss 0.5\n"
-NCCL = "node-00:4100:4141 [1] NCCL INFO Channel {ch:02d}/0 : 1[1] -> 2[1] via P2P/IPC/read\n"
 FATAL = (
     "Traceback (most recent call last):\n"
     '  File "/home/alice/llm/train.py", line 188, in main\n'
@@ -39,10 +26,6 @@ FATAL = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
     "capacity of 79.15 GiB of which 1.23 GiB is free.\n"
 )
-
-
-def _stamp(sec: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(START + sec))
 
 
 def _rank_lines(retries: int, seed: int, fatal: bool = True) -> list[str]:
@@ -54,24 +37,17 @@ def _rank_lines(retries: int, seed: int, fatal: bool = True) -> list[str]:
     for n in range(1, retries + 1):
         for _ in range(rng.randrange(3, 30)):
             sec += 1
-            out.append(STEP.format(ts=_stamp(sec), ms=rng.randrange(1000), n=sec))
+            out.append(STEP.format(ts=stamp(sec), ms=rng.randrange(1000), n=sec))
             if rng.random() < 0.3:
                 out.append(NCCL.format(ch=rng.randrange(32)))
-        out.extend(RETRIED.format(ts=_stamp(sec)).splitlines(keepends=True))
+        out.extend(RETRIED.format(ts=stamp(sec)).splitlines(keepends=True))
         if n % 3 == 0:
             out.append(NCCL.format(ch=rng.randrange(32)))
     sec += 1
-    out.append(STEP.format(ts=_stamp(sec), ms=0, n=sec))
+    out.append(STEP.format(ts=stamp(sec), ms=0, n=sec))
     if fatal:
         out.extend(FATAL.splitlines(keepends=True))
     return out
-
-
-def _read(path: Path, fast: bool = True) -> FileResult:
-    session = Session(RULES, fast=fast, runner=SequentialRunner())
-    session.read_paths([path])
-    (result,) = session.results
-    return result
 
 
 def _occurrences(result: FileResult) -> list[tuple[int | None, int, float | None, bool, str]]:
@@ -95,7 +71,7 @@ def test_a_retry_loop_is_one_traceback_that_counts_its_rounds(tmp_path: Path) ->
     retries = 300
     path = tmp_path / "rank_1.log"
     path.write_text("".join(_rank_lines(retries, seed=1)))
-    fast, slow = _read(path), _read(path, fast=False)
+    fast, slow = read(path), read(path, fast=False)
     (resets,) = [tb for tb in fast.tracebacks if tb.final.type == "ConnectionResetError"]
     assert resets.repeats == retries - 1 and not resets.fatal  # handled: the writer went on
     # the first round's place: its header is the line after the first retry announcement
@@ -132,7 +108,7 @@ def test_repeats_in_an_interleaved_console_keep_each_rank_its_own(tmp_path: Path
             out.extend(f"[rank{r}]: {line}" for line in burst)
     path = tmp_path / "console.log"
     path.write_text("".join(out))
-    fast, slow = _read(path), _read(path, fast=False)
+    fast, slow = read(path), read(path, fast=False)
     assert _occurrences(fast) == _occurrences(slow)
     assert _hits(fast) == _hits(slow)
     assert _rounds(fast, "ConnectionResetError") == 4 * 60
@@ -149,15 +125,15 @@ def test_the_last_repeat_is_fatal_only_when_nothing_follows_it(ending: str, tmp_
     if ending == "repeat-last":
         # the same traceback, not announced as retried, and the writer's last words
         last = RETRIED.replace("WARNING", "ERROR").replace(", retrying (attempt 1/5)", "")
-        lines.extend(last.format(ts=_stamp(10_000)).splitlines(keepends=True))
+        lines.extend(last.format(ts=stamp(10_000)).splitlines(keepends=True))
     path = tmp_path / "rank_1.log"
     path.write_text("".join(lines))
     fast_report = analyze([path], parallel=False).to_dict()
     slow_report = analyze([path], parallel=False, fast=False).to_dict()
     assert fast_report["causes"] == slow_report["causes"]
     assert fast_report["first_failure"] == slow_report["first_failure"]
-    fast = _read(path)
-    assert _occurrences(fast) == _occurrences(_read(path, fast=False))
+    fast = read(path)
+    assert _occurrences(fast) == _occurrences(read(path, fast=False))
     fatal = [tb.final.type for tb in fast.tracebacks if tb.fatal]
     expected = "ConnectionResetError" if ending == "repeat-last" else "torch.OutOfMemoryError"
     assert fatal == [expected]
@@ -168,31 +144,31 @@ def test_different_tracebacks_under_the_same_header_are_told_apart(tmp_path: Pat
                             "TimeoutError: [Errno 110] Connection timed out")  # fmt: skip
     out = []
     for n in range(1, 120):
-        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
-        out.extend((RETRIED if n % 2 else other).format(ts=_stamp(n)).splitlines(keepends=True))
-    out.append(STEP.format(ts=_stamp(200), ms=0, n=200))
+        out.append(STEP.format(ts=stamp(n), ms=0, n=n))
+        out.extend((RETRIED if n % 2 else other).format(ts=stamp(n)).splitlines(keepends=True))
+    out.append(STEP.format(ts=stamp(200), ms=0, n=200))
     path = tmp_path / "rank_1.log"
     path.write_text("".join(out))
-    fast = _read(path)
+    fast = read(path)
     # two retry loops taking turns: each is one traceback counting its own rounds
     assert sorted((tb.final.type, tb.repeats) for tb in fast.tracebacks) == [
         ("ConnectionResetError", 59),
         ("TimeoutError", 58),
     ]
-    assert _occurrences(fast) == _occurrences(_read(path, fast=False))
-    assert _hits(fast) == _hits(_read(path, fast=False))
+    assert _occurrences(fast) == _occurrences(read(path, fast=False))
+    assert _hits(fast) == _hits(read(path, fast=False))
 
 
 def test_a_traceback_too_long_to_keep_is_parsed_as_any_other(tmp_path: Path) -> None:
     long = RETRIED.replace("Connection reset by peer", "Connection reset by peer " + "x" * 3000)
     out = []
     for n in range(1, 60):
-        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
-        out.extend(long.format(ts=_stamp(n)).splitlines(keepends=True))
-    out.append(STEP.format(ts=_stamp(100), ms=0, n=100))
+        out.append(STEP.format(ts=stamp(n), ms=0, n=n))
+        out.extend(long.format(ts=stamp(n)).splitlines(keepends=True))
+    out.append(STEP.format(ts=stamp(100), ms=0, n=100))
     path = tmp_path / "rank_1.log"
     path.write_text("".join(out))
-    fast, slow = _read(path), _read(path, fast=False)
+    fast, slow = read(path), read(path, fast=False)
     # not kept as a repeat: every line of every round is fed; the rounds still fold
     assert fast.fed_lines >= 59 * RETRIED_LINES
     assert [tb.repeats for tb in fast.tracebacks] == [58]
@@ -207,13 +183,13 @@ def test_rounds_fold_alike_whether_or_not_the_retry_is_announced(
     unannounced = RETRIED.replace("WARNING", "ERROR").replace(", retrying (attempt 1/5)", "")
     out = []
     for n in range(1, 150):
-        out.append(STEP.format(ts=_stamp(n), ms=0, n=n))
+        out.append(STEP.format(ts=stamp(n), ms=0, n=n))
         plain = announced == "none" or (announced == "alternate" and n % 2 == 0)
-        out.extend((unannounced if plain else RETRIED).format(ts=_stamp(n)).splitlines(True))
-    out.append(STEP.format(ts=_stamp(200), ms=0, n=200))
+        out.extend((unannounced if plain else RETRIED).format(ts=stamp(n)).splitlines(True))
+    out.append(STEP.format(ts=stamp(200), ms=0, n=200))
     path = tmp_path / "rank_1.log"
     path.write_text("".join(out))
-    fast, slow = _read(path), _read(path, fast=False)
+    fast, slow = read(path), read(path, fast=False)
     # one traceback for the loop: the rounds after it went on (a later step) are handled too
     assert [(tb.final.type, tb.repeats, tb.fatal) for tb in fast.tracebacks] == [
         ("ConnectionResetError", 148, False)
