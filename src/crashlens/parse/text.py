@@ -17,8 +17,8 @@ _SIGNAL_ENDS = ("Killed", "fault", "dumped)", "Bus error", "Aborted")
 #: Launcher prefixes that can sit between glued text and a traceback header.
 _GLUED_PREFIX = lazyre.compile(r"(?:\[(?:rank|default)\d+\]:[ ]?)+ *$")
 #: What may stand before those and is a launcher's label, not glued text: a tool's timestamp
-#: (Jenkins' in brackets),
-#: srun --label's task id, pdsh's host, Open MPI's tag, kubectl's pod.
+#: (bare, or in brackets as Jenkins writes it), srun --label's task id, pdsh's host, Open MPI's
+#: tag, kubectl's pod.
 _LABELS_ONLY = lazyre.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[ T]\S+ )?"
     r"(?: *\d{1,5}: |[A-Za-z][\w\-.]*: |\[\d+,\d+\]<std(?:out|err|diag)>:[ ]?|\[pod/[^\]\s]+\] )*"
