@@ -247,6 +247,29 @@ def test_the_rank_the_others_wait_for_is_the_culprit() -> None:
     assert "waited for rank 0" in report.first_failure.text
 
 
+@pytest.mark.parametrize(
+    ("fixture", "waiting"),
+    [("positive-operations.log", "rank 0"), ("positive-stalled-ops.log", "another rank")],
+)
+def test_horovods_stall_warning_names_the_missing_rank(fixture: str, waiting: str) -> None:
+    # Horovod's stall inspector as posted (horovod#1012 under mpirun's tags, horovod#429 with
+    # no tag: who waited is not said): rank 1 never submitted the tensors the others wait on.
+    report = _report(RULES / "distributed" / "horovod-stall" / fixture)
+    assert report.first_failure is not None
+    assert (report.first_failure.kind, report.first_failure.rank) == ("hang", 1)
+    assert report.first_failure.text.startswith(f"{waiting} waited for rank 1: ")
+    assert _classes(report)[0] == "nccl_timeout"
+
+
+def test_an_exception_line_a_paste_set_in_bold_is_an_exception() -> None:
+    # vllm#754 as posted: IPython frames without their header, the final line wrapped in
+    # Markdown's ** by the reporter.
+    report = _report(RULES / "env" / "module-not-found" / "not-installed.log")
+    assert _classes(report)[0] == "missing_dependency"
+    assert report.first_failure is not None
+    assert report.first_failure.text.startswith("ImportError: Ray is not installed.")
+
+
 def test_torch_2_1s_capacty_spelling_still_gives_the_free_memory() -> None:
     # hiyouga/LLaMA-Factory#1936: torch 2.1 printed "has a total capacty of".
     report = _report(CORPUS / "tune" / "hiyouga-llamafactory-1936")

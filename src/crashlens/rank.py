@@ -600,13 +600,14 @@ def _awaited(timeouts: list[Hit], waiting: set[int | None]) -> FirstFailure | No
         culprit = h.roles.waits_on
         if culprit is not None and culprit not in waiting:
             ev = h.evidence
+            who = "another rank" if ev.rank is None else f"rank {ev.rank}"
             return FirstFailure(
                 rank=culprit,
                 host=None,
                 time=ev.time,
                 file=ev.file,
                 line=ev.line,
-                text=f"rank {ev.rank} waited for rank {culprit}: {ev.text}",
+                text=f"{who} waited for rank {culprit}: {ev.text}",
                 kind="hang",
                 rule_id=h.rule_id,
                 time_inferred=ev.time_inferred,

@@ -272,6 +272,19 @@ def _bare_exception(text: str) -> bool:
     return _exception_word(m["type"].rsplit(".", 1)[-1])
 
 
+#: Markdown a paste may wrap a whole line in: bold, code.
+_EMPHASIS = ("**", "`")
+
+
+def _unemphasised(text: str) -> str:
+    """``text`` without the Markdown emphasis a paste wrapped the whole line in
+    (``**ImportError: ...**``, `` `KeyError: 'x'` ``); the text itself otherwise."""
+    for mark in _EMPHASIS:
+        if len(text) > 2 * len(mark) and text.startswith(mark) and text.endswith(mark):
+            return text[len(mark) : -len(mark)]
+    return text
+
+
 def _exception_word(name: str) -> bool:
     return name.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning")) or name in (
         "KeyboardInterrupt",
@@ -403,13 +416,14 @@ class TracebackAssembler:
                 self.current.exc_message = []
                 self.current.exc_line = lineno
                 return True
-        if _bare_exception(text):
+        bare = _unemphasised(text)
+        if _bare_exception(bare):
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
             self._start(lineno, text, State.MESSAGE)
             assert self.current is not None
             self.current.headerless = True
-            self.current.begin_exception(lineno, text)
+            self.current.begin_exception(lineno, bare)
             return True
         if "Traceback (most re" in text:
             m = _IPY_HEADER.match(text)
