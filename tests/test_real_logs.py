@@ -270,6 +270,22 @@ def test_an_exception_line_a_paste_set_in_bold_is_an_exception() -> None:
     assert report.first_failure.text.startswith("ImportError: Ray is not installed.")
 
 
+def test_a_duplicate_rank_is_the_rank_processes_state_not_their_launchers_prefix(
+    tmp_path: Path,
+) -> None:
+    # NeMo#5819 as posted: srun's task prefixes "0: " and "1: " name two nodes, each of which
+    # numbered its processes 1-3. One node's lines alone (three processes under one prefix,
+    # each a different rank) are a healthy start; both nodes' are the duplicate.
+    both = RULES / "distributed" / "duplicate-global-rank" / "srun-per-node.log"
+    assert _classes(_report(both))[0] == "env_misconfig"
+    one_node = tmp_path / "node0.log"
+    one_node.write_text(
+        "".join(line for line in both.read_text().splitlines(True) if line.startswith("0: "))
+    )
+    report = _report(one_node)
+    assert "duplicate-global-rank" not in [c.rule_id for c in report.causes]
+
+
 def test_torch_2_1s_capacty_spelling_still_gives_the_free_memory() -> None:
     # hiyouga/LLaMA-Factory#1936: torch 2.1 printed "has a total capacty of".
     report = _report(CORPUS / "tune" / "hiyouga-llamafactory-1936")

@@ -22,12 +22,16 @@ Facts = Iterable[Fact] | Mapping[str, str]
 
 
 def group_key(hit: Hit, same: str) -> Hashable:
-    """The co-occurrence group of a hit: its rank, its host, or the whole job."""
+    """The co-occurrence group of a hit: its writer's rank, the rank its line states (its
+    ``rank`` field: a process announcing who it is, whatever prefix its writer's launcher put
+    before it), its host, or the whole job."""
     ev = hit.evidence
     if same == "job":
         return "job"
     if same == "host":
         return ev.host or ev.file
+    if same == "stated" and hit.roles.rank is not None:
+        return ("stated", hit.roles.rank)
     return ev.rank if ev.rank is not None else ("file", ev.file)
 
 

@@ -10,7 +10,7 @@ import regex
 Scope = Literal["line", "exception", "traceback", "flight"]
 #: What matching Flight Recorder dumps can find (``flight:`` detectors; crashlens.collectives).
 FLIGHT_KINDS = ("not_joined", "mismatch", "no_dump")
-Same = Literal["rank", "host", "job"]
+Same = Literal["rank", "stated", "host", "job"]
 
 SEVERITY_WEIGHT: dict[str, float] = {
     "critical": 1.0,

@@ -682,6 +682,8 @@ class FileParser:
         #: One text for the tracebacks a writer repeated (pickled once when sent back).
         texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
+            if stream.ring and stream.assembler.current is None:
+                stream.assembler.cut_header(*stream.ring[-1])
             stream.assembler.close()
             self._complete_tracebacks(stream)
             self._settle_fold(stream)

@@ -20,6 +20,9 @@ from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame
 from crashlens.provenance import is_user_path, launched_script
 
 TB_HEADER = "Traceback (most recent call last):"
+#: The shortest start of :data:`TB_HEADER` a log that ends there is read as cut inside it
+#: ("Traceback" alone, or "Traceback (", may be prose).
+CUT_HEADER_MIN = len("Traceback (most")
 _CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
     "During handling of the above exception, another exception occurred:",
@@ -350,6 +353,22 @@ class TracebackAssembler:
             return True
         self._finish()
         return self._maybe_start(lineno, text)
+
+    def cut_header(self, lineno: int, text: str) -> bool:
+        """Take ``text``, a stream's last line, as a traceback's header the log was cut in
+        (``Traceback (most recent call l``: the process or the paste stopped there), when
+        nothing else is open; :meth:`close` then keeps it as a traceback cut before its
+        exception line."""
+        stripped = text.strip()
+        if (
+            self.current is not None
+            or len(stripped) < CUT_HEADER_MIN
+            or len(stripped) >= len(TB_HEADER)
+            or not TB_HEADER.startswith(stripped)
+        ):
+            return False
+        self._start(lineno, text, State.FRAMES)
+        return True
 
     def close(self) -> None:
         """End of the stream: complete whatever is open.

@@ -651,8 +651,8 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
     if not parts["any"] and not parts["all"]:
         raise _fail("condition needs 'any' or 'all'", path, value)
     same = value.get("same", "rank")
-    if same not in ("rank", "host", "job"):
-        raise _fail("condition 'same' must be rank, host or job", path, value)
+    if same not in ("rank", "stated", "host", "job"):
+        raise _fail("condition 'same' must be rank, stated, host or job", path, value)
     within = value.get("within")
     if within is not None and (
         isinstance(within, bool)
