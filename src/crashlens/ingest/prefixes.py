@@ -188,7 +188,10 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
         if m:
             stamp = m.group(0)
             pos = m.end()
-    elif text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit()):
+    elif (text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit())) and (
+        # (no word an exception's type ends in: no final line, and no regex run)
+        "Error" in text or "Exception" in text or "Interrupt" in text or "Exit" in text
+    ):
         # A stamp before an exception's final line is a tool's, whatever the file's other
         # lines do (a short paste, continuation lines left unstamped): Python prints that
         # line bare, and a logger would have put its level first.
