@@ -198,9 +198,9 @@ class FastPath:
         repeat, taken = lines
         linenos = [self._base + j + 1 for j in (at, *taken)]
         parser = self.parser
-        closer = self._line_after(stream, taken[-1])
+        following = self._next_of(stream, taken[-1])
+        closer = None if following is None else self._raw(following)
         if not parser.fold_round(stream, repeat, closer, linenos):
-            following = self._next_of(stream, taken[-1])
             if (
                 closer is not None
                 and following is not None
@@ -304,9 +304,8 @@ class FastPath:
         before = mine[k - 1]
         if before in replayed or (before < line and not bk.skimmed_at(before)):
             return False  # the ring's newest line is not the quiet line before
-        ends = self._end_list()
-        block, base = self._block, self._base
-        announce = block[ends[before - 1] + 1 if before else 0 : ends[before]]
+        base = self._base
+        announce = self._raw(before)
         linenos = [base + j + 1 for j in (at, *taken)]
         closer = self._line_after(stream, taken[-1])
         items = parser.fold_later(stream, repeat, closer, announce, base + before + 1, linenos)
@@ -322,7 +321,7 @@ class FastPath:
         picked = picked[-RING:]
         self.pending.pop(id(stream), None)
         self._taken[id(stream)] = at
-        stream.ring.defer_round(block, ends, base, picked, items, parser.style)
+        stream.ring.defer_round(self._block, self._end_list(), base, picked, items, parser.style)
         replayed.add(at)
         replayed.update(taken)
         heapq.heappush(self._replayed_heap, at)
@@ -367,12 +366,14 @@ class FastPath:
 
     def _line_after(self, stream: Stream, j: int) -> bytes | None:
         """The raw line of ``stream`` after its block line ``j``, if the block holds one."""
-        mine = self._writer_lines(stream)
-        k = bisect_left(mine, j) + 1
-        if k >= len(mine):
-            return None
-        ends = self._end_list()
-        return self._block[ends[mine[k] - 1] + 1 : ends[mine[k]]]
+        following = self._next_of(stream, j)
+        return None if following is None else self._raw(following)
+
+    def _raw(self, j: int) -> bytes:
+        """Block line ``j``'s bytes (an interleaved block's), without its newline."""
+        assert self._bk is not None
+        begin, end = self._bk.span(j)
+        return self._block[begin:end]
 
     def _writer_lines(self, stream: Stream) -> list[int]:
         """The block's line indexes of ``stream``'s lines (under any of its prefixes)."""

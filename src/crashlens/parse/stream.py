@@ -507,8 +507,15 @@ class FileParser:
         """Whether a round of a retry loop whose line before is ``announce`` and line after is
         ``closer`` (raw) folds as :meth:`fold_round` folds one: announced as retried (as the
         ring reads that line) and ended by the next record."""
+        return self._announced(announce, closer) is not None
+
+    def _announced(self, announce: bytes, closer: bytes) -> str | None:
+        """The ring's text of ``announce`` when a round between it and ``closer`` folds
+        (:meth:`round_ok`); None when it does not."""
         text = ring_text(announce, self.style)
-        return RETRY_ANNOUNCED.search(text) is not None and self._ends_message(closer)
+        if RETRY_ANNOUNCED.search(text) is None or not self._ends_message(closer):
+            return None
+        return text
 
     def fold_run(self, stream: Stream, count: int, lineno: int, announce: bytes) -> bool:
         """Fold ``count`` more rounds (each :meth:`round_ok`, after a round :meth:`run_ready`
@@ -557,8 +564,8 @@ class FileParser:
         like = _newest(stream, closed.printed)
         if like is None or not (like.retried or like.progressed):
             return None
-        text = ring_text(announce, self.style)
-        if RETRY_ANNOUNCED.search(text) is None or not self._ends_message(closer):
+        text = self._announced(announce, closer)
+        if text is None:
             return None
         stamp = self.clock.stamp(text)
         if stamp is None:
