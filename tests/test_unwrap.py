@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crashlens import analyze
-from crashlens.ingest.unwrap import unwrap, wrap_width
+from crashlens.ingest.unwrap import rejoined, unwrap, wrap_width
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "corpus" / "tune"
@@ -64,3 +64,37 @@ def test_a_wrapped_capture_gets_the_diagnosis_of_the_original(tmp_path: Path) ->
         assert got.primary is not None
         assert got.primary.rule_id == want.primary.rule_id
         assert got.first_failure is not None and got.first_failure.rank == want.first_failure.rank
+
+
+def test_a_message_cut_inside_a_word_is_read_whole_too() -> None:
+    cut = "ValueError: " + "x" * 60 + " variable MASTE\nR_ADDR expected, but not set"
+    assert (
+        rejoined(cut) == "ValueError: " + "x" * 60 + " variable MASTER_ADDR expected, but not set"
+    )
+    # a message that goes on on its next line: a short line, or one that ends in a blank
+    assert rejoined("KeyError: 'x'\nDid you mean 'y'?") == "KeyError: 'x'\nDid you mean 'y'?"
+    assert rejoined("a" * 70 + " \nb") == "a" * 70 + " \nb"
+    assert rejoined("a" * 70 + "\n  b") == "a" * 70 + "\n  b"
+
+
+@pytest.mark.parametrize(
+    ("case", "rule"),
+    [
+        ("pytorch-pytorch-39832", "dist-env-missing"),  # a line detector's words, cut in two
+        ("nvidia-nccl-697", "nccl-error"),
+    ],
+)
+def test_a_short_paste_wrapped_at_100_keeps_its_diagnosis(
+    case: str, rule: str, tmp_path: Path
+) -> None:
+    # real pastes too short for their width to show: the exception's line is cut at 100
+    # columns, and its rule's words with it
+    (log,) = (TUNE / case).glob("*.log")
+    assert analyze([log]).primary.rule_id == rule  # type: ignore[union-attr]
+    lines = log.read_text().split("\n")
+    assert wrap_width(lines) is None
+    cut = [ln[i : i + 100] for ln in lines for i in range(0, max(len(ln), 1), 100)]
+    wrapped = tmp_path / "console.log"
+    wrapped.write_text("\n".join(cut))
+    got = analyze([wrapped]).primary
+    assert got is not None and got.rule_id == rule

@@ -25,6 +25,25 @@ MIN_LINES = 3
 SPIKE = 3
 
 
+def rejoined(text: str) -> str:
+    """``text`` (an exception's message) with each line break that may be a hard wrap taken
+    out: after a line of :data:`MIN_WIDTH` characters or more, between two characters that are
+    not blanks (``... variable MASTE`` / ``R_ADDR expected, but not set``). For a paste too
+    short to show its width (:func:`wrap_width`); read only where the text as printed matched
+    nothing, so a message that really goes on on its next line keeps its reading."""
+    if "\n" not in text:
+        return text
+    lines = text.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        before = out[-1]
+        if len(before) >= MIN_WIDTH and line[:1].strip() and before[-1] != " ":
+            out[-1] = before + line  # the joined line is longer still: a wrap may go on
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def wrap_width(lines: Iterable[str]) -> int | None:
     """The width ``lines`` (a file's first lines) were hard-wrapped at, or None."""
     raw = list(lines)

@@ -11,6 +11,7 @@ from collections.abc import Collection
 from typing import Any
 
 from crashlens import lazyre
+from crashlens.ingest.unwrap import rejoined
 from crashlens.model import Evidence, Hit, Roles, Source, exception_origin, exception_text
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
@@ -52,6 +53,7 @@ class HitCollector:
         self.matcher = matcher
         self.clock = clock
         self.exc_detectors = rules.exception_detectors()
+        self.line_detectors = rules.line_detectors()
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
         self._tb_found: dict[Printed, list[_TracebackFinding]] = {}
@@ -140,6 +142,9 @@ class HitCollector:
         last = len(tb.exceptions) - 1
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
+        # then the same with hard-wrapped lines joined (read after all of the ones as printed)
+        wrapped = [(at, u) for at, text in exceptions if (u := rejoined(text)) != text]
+        exceptions += wrapped
         whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
@@ -164,6 +169,35 @@ class HitCollector:
                 context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
                 out.append((rule, det, fields, at, first_line[:MAX_EVIDENCE_TEXT], context))
                 break
+        if wrapped:
+            out += self._match_rejoined(tb, wrapped, {id(det) for _, det, *_ in out})
+        return out
+
+    def _match_rejoined(
+        self, tb: PartialTraceback, wrapped: list[tuple[int, str]], found: set[int]
+    ) -> list[_TracebackFinding]:
+        """What the line detectors find in the lines of ``tb``'s exceptions that a wrap had
+        cut in two (:func:`~crashlens.ingest.unwrap.rejoined`): each piece was read as a line,
+        neither whole."""
+        out: list[_TracebackFinding] = []
+        context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
+        for at, text in wrapped:
+            printed = set(exception_text(tb.exceptions[at]).split("\n"))
+            lines = [line for line in text.split("\n") if line not in printed]
+            for rule, det in self.line_detectors:
+                if id(det) in found or (
+                    det.sources is not None and self.source.kind not in det.sources
+                ):
+                    continue
+                for line in lines:
+                    if not _holds_literal(det, line):
+                        continue
+                    hit = self.matcher.search(rule, det, line)
+                    if hit is not None:
+                        fields = {k: v for k, v in hit.groupdict().items() if v is not None}
+                        out.append((rule, det, fields, at, line[:MAX_EVIDENCE_TEXT], context))
+                        found.add(id(det))
+                        break
         return out
 
     # -- reading ---------------------------------------------------------------------------
