@@ -352,7 +352,8 @@ def test_a_consoles_keys_read_with_numpy_are_the_regexs(monkeypatch: pytest.Monk
         b"[1,2]<stderr>: [rank1]: ", b"[W socket.cpp:601] ", b"[abcdefghijklmnopqrstuvwxyz]: ",
         b"[abcdefghijklmn]: ", b"[abcdefghijklm]: ", b"[abcdefghijkl]:", b"[]: ", b"[a:b]: ", b"[",
         b"", b"[x]", b"[x]:[y]: ", b"[_a]:", b"[9]: ", b"[p]: ", b"[pod]: ", b"\xc3\xa9[rank2]: ",
-        b"[r\xc3\xa9]: ", b"[rank0]:[W x] ", b"[Rank 3]: ",
+        b"[r\xc3\xa9]: ", b"[rank0]:[W x] ", b"[Rank 3]: ", b"[rank=3] ", b"[rank=12] ",
+        b"[rank1]: [rank=1] ", b"[rank=x] ", b"[abcd=1] ",
     ]  # fmt: skip
     tails = [b"step 1 loss 2", b"", b"Traceback (most recent call last):", b"x: y", b"]: z"]
     rng = random.Random(7)
@@ -411,3 +412,15 @@ def test_a_quoted_or_tab_indented_paste_has_that_margin() -> None:
     assert sniff_style(tabbed).margin == "\t"
     # a line of its own that starts with ">" does not make a quote of the file
     assert sniff_style(["step 1 loss 2.0", "> note", "step 2 loss 1.9"]).margin == ""
+
+
+def test_determineds_rank_prefix_names_the_rank_on_both_paths() -> None:
+    # determined-ai/determined harness/determined/launch/wrap_rank.py: f"[rank={rank}] {line}"
+    from crashlens.ingest.prefixes import key_pattern
+
+    text, prefix = strip("[rank=3] RuntimeError: no GPUs found!", PrefixStyle())
+    assert (text, prefix.rank) == ("RuntimeError: no GPUs found!", 3)
+    block = b"[rank=0] step 1\n[rank=1] Traceback (most recent call last):\nplain\n"
+    keys = key_pattern(PrefixStyle())
+    assert keys.keys(block, 0, len(block)) == [b"[rank=0] ", b"[rank=1] ", b""]
+    assert strip(keys.keys(block, 0, len(block))[1].decode() + "x", PrefixStyle())[1].rank == 1

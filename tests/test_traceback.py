@@ -372,3 +372,33 @@ def test_vs_codes_exception_report_is_a_traceback_named_first() -> None:
     assert "Epoch 0" not in "\n".join(tb.text)
     # prose that only mentions the words is not a report
     assert assemble("The docs say: Exception has occurred: see the log\n").done == []
+
+
+def test_an_ipython_traceback_pasted_from_its_frames_on_is_one() -> None:
+    # huggingface/tokenizers#282 as posted (validation case, marked seen): IPython 7's frames,
+    # no header; the exception line after them says what was raised
+    log = Path(__file__).resolve().parents[1] / "corpus/validation/huggingface-tokenizers-282"
+    (tb,) = assemble((log / "console.log").read_text()).done
+    (exc,) = tb.exceptions
+    assert (exc.type, exc.message) == ("Exception", "stream did not contain valid UTF-8")
+    assert [(f.file, f.line, f.function) for f in exc.frames][-1] == (
+        "<ipython-input-78-66e6ec31bd7b>",
+        92,
+        "train",
+    )
+    # a notebook's cell frame: its function's name holds blanks (unslothai/unsloth#3373)
+    cell = assemble("/tmp/ipykernel_36/773422404.py in <cell line: 0>()\nKeyError: 'x'\n")
+    assert [f.function for f in cell.done[0].exceptions[-1].frames] == ["<cell line: 0>"]
+    # prose that names a file and a function is not a frame
+    assert assemble("see train.py in main for details\n").done == []
+
+
+def test_a_qualified_exception_without_error_in_its_name_stands_alone() -> None:
+    # rom1504/img2dataset#183 as posted: pyarrow's exception line, the schema after it
+    (tb,) = assemble(
+        "pyarrow.lib.ArrowInvalid: No match for FieldRef.Name(NSFW) in URL: string\n"
+        "TEXT: string\nWIDTH: int32\n"
+    ).done
+    assert tb.exceptions[-1].type == "pyarrow.lib.ArrowInvalid"
+    # a config dump's dotted keys are not exceptions
+    assert assemble("model.Name: bert-base\nlogging.INFO: on\ntrain.py: done\n").done == []

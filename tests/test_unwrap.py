@@ -98,3 +98,16 @@ def test_a_short_paste_wrapped_at_100_keeps_its_diagnosis(
     wrapped.write_text("\n".join(cut))
     got = analyze([wrapped]).primary
     assert got is not None and got.rule_id == rule
+
+
+def test_typographic_quotes_a_paste_put_in_are_read_as_printed() -> None:
+    from crashlens.parse.hits import as_typed
+
+    assert as_typed("ModuleNotFoundError: No module named \u2018x\u2019") == (
+        "ModuleNotFoundError: No module named 'x'"
+    )
+    # aws/deep-learning-containers#3989 as posted: the module's name in curly quotes
+    log = TUNE / "aws-deep-learning-containers-3989" / "console.log"
+    assert "\u2018smdistributed\u2019" in log.read_text()
+    got = analyze([log]).primary
+    assert got is not None and got.rule_id == "module-not-found"

@@ -24,6 +24,8 @@ _SRUN = lazyre.compile_regex(r" *(?P<n>\d{1,5}): ")
 _NOT_EXCEPTION = r"(?<!Error)(?<!Exception)(?<!Warning)(?<!Exit)(?<!Interrupt)(?<!Iteration)"
 _PDSH = lazyre.compile_regex(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r": ")
 _KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
+#: Determined's launcher (determined/launch/wrap_rank.py: ``f"[rank={rank}] {line}"``).
+_WRAP_RANK = lazyre.compile_regex(r"\[rank=(?P<n>\d+)\] ")
 #: A tool's stamp: RFC 3339 or ISO 8601 as ``kubectl logs --timestamps``, ``docker logs -t`` and
 #: CI runners put it, or in brackets, as Jenkins' Timestamper does (``[2022-06-18T02:31:53.944Z]``).
 _STAMP_RE = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
@@ -234,6 +236,10 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             else:
                 local_rank = int(m["n"])
             pos = m.end()
+        m = _WRAP_RANK.match(text, pos)
+        if m:
+            rank = int(m["n"])
+            pos = m.end()
     if pos == 0:
         return text, NO_PREFIX
     if task is not None and rank is None:
@@ -266,7 +272,8 @@ _B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
 # Looser than _BRACKET (a key needs only to cover what strip() would take): strip() on the key
 # then names the same writer as strip() on the whole line.
 _B_BRACKET = rb"\[[A-Za-z_][^\]\n:]{0,40}\]:[ ]?"
-_B_ANY = b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET)) + b")"
+_B_WRAP_RANK = rb"\[rank=\d+\] "
+_B_ANY = b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET, _B_WRAP_RANK)) + b")"
 
 
 #: A line (after a block's first) that starts as every prefix :class:`PrefixKeys` reads
@@ -299,7 +306,9 @@ class PrefixKeys:
             + _B_MPI
             + b")?(?:"
             + _B_BRACKET
-            + b")*"
+            + b")*(?:"
+            + _B_WRAP_RANK
+            + b")?"
         )
         self.every_line = style.srun or style.pdsh
         self._first = re.compile(stamp + b"(" + body + b")")

@@ -37,6 +37,17 @@ _SYSLOG_HOST = lazyre.compile_regex(
     r"(?:\w{3} +\d+ [\d:.]+|\d{4}-\d\d-\d\dT\S+) (?P<host>[\w\-.]+) kernel: "
 )
 
+#: Typographic quotes an editor, a chat or a web form put in place of the ones Python printed.
+_STRAIGHT = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def as_typed(text: str) -> str:
+    """An exception's ``text`` as the program printed it, where a paste changed it: a hard
+    wrap inside a word joined again (:func:`~crashlens.ingest.unwrap.rejoined`), typographic
+    quotes straight again (``No module named ‘smdistributed’``)."""
+    return rejoined(text).translate(_STRAIGHT)
+
+
 #: Per traceback (by ``id``): its id in the report and its verdict for the hits inside it:
 #: fatal (True), survived (False), or not known (None: other tracebacks followed it).
 Verdicts = dict[int, tuple[int, bool | None]]
@@ -142,8 +153,8 @@ class HitCollector:
         last = len(tb.exceptions) - 1
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
-        # then the same with hard-wrapped lines joined (read after all of the ones as printed)
-        wrapped = [(at, u) for at, text in exceptions if (u := rejoined(text)) != text]
+        # then as typed before a paste changed them (read after all of the ones as printed)
+        wrapped = [(at, u) for at, text in exceptions if (u := as_typed(text)) != text]
         exceptions += wrapped
         whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
@@ -176,9 +187,9 @@ class HitCollector:
     def _match_rejoined(
         self, tb: PartialTraceback, wrapped: list[tuple[int, str]], found: set[int]
     ) -> list[_TracebackFinding]:
-        """What the line detectors find in the lines of ``tb``'s exceptions that a wrap had
-        cut in two (:func:`~crashlens.ingest.unwrap.rejoined`): each piece was read as a line,
-        neither whole."""
+        """What the line detectors find in the lines of ``tb``'s exceptions as typed
+        (:func:`as_typed`) that differ from the lines as printed (a wrap had cut one in two,
+        and each piece was read as a line, neither whole)."""
         out: list[_TracebackFinding] = []
         context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
         for at, text in wrapped:

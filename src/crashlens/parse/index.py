@@ -121,10 +121,13 @@ def dense_ids(block: bytes, prefixes: PrefixKeys) -> tuple[array[int], tuple[byt
     length = np.where(key, j + 2, 0)
     length += key & (win[rows, length] == ord(" "))
     # A line the window cannot settle: a key that may run past it, another prefix right after
-    # the key, or a "[" line that may be kubectl's "[pod/...] " or Open MPI's "[1,0]<stdout>:"
+    # the key, or a "[" line that may be kubectl's "[pod/...] ", Open MPI's "[1,0]<stdout>:" or
+    # Determined's "[rank=3] "
     digit = (c1 >= ord("0")) & (c1 <= ord("9"))
     unsure = (key & ((length >= w) | (win[rows, length] == ord("[")))) | (
-        opens & ~key & (digit | (c1 == ord("p")) | (~has_close & (first_stop == w)))
+        opens
+        & ~key
+        & (digit | (c1 == ord("p")) | (win[:, 5] == ord("=")) | (~has_close & (first_stop == w)))
     )
     unsure_rows = np.flatnonzero(unsure)
     if len(unsure_rows) > DENSE_FALLBACK_SHARE * n:

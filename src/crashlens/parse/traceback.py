@@ -49,6 +49,14 @@ _IPY_FRAME = lazyre.compile_regex(
     r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
 )
+#: IPython before 8 names a frame's file and function, then shows numbered source lines, the
+#: failing one behind an arrow (``<ipython-input-3-1a2b> in train(self, files)``, then
+#: ``---> 92         self._tokenizer.train(trainer, files)``); a paste may start at one.
+_IPY_OLD_FRAME = lazyre.compile_regex(
+    r"(?P<file><ipython-input-\d+-[0-9a-f]+>|(?:[A-Za-z]:)?[^\s:<>]*\.py)"
+    r" in (?P<func><[^>]{1,40}>|[\w.]+)\(.*\)$"
+)
+_IPY_ARROW = lazyre.compile_regex(r"-+> ?(?P<line>\d+) ")
 #: VS Code's debugger names the exception first (``Exception has occurred: KeyError``), then
 #: its message, then the frames, innermost last, as a traceback prints them.
 _VSCODE_HEADER = lazyre.compile_regex(r"Exception has occurred: (?P<type>[A-Za-z_][\w.]*)\s*")
@@ -263,7 +271,9 @@ def _bare_exception(text: str) -> bool:
     log text to count; a colon (or a dotted, module-qualified type) is required.
     """
     # a private module's type counts too (``_pickle.UnpicklingError``, ``_queue.Empty``)
-    if not (text[:1].isalpha() or text[:1] == "_") or not any(h in text for h in _BARE_HINTS):
+    if not (text[:1].isalpha() or text[:1] == "_"):
+        return False
+    if not any(h in text for h in _BARE_HINTS) and not _qualified_head(text):
         return False
     m = _EXC_LINE.fullmatch(text)
     if m is None or m["type"] in ("Error", "Exception") or m["type"].endswith("Warning"):
@@ -272,7 +282,24 @@ def _bare_exception(text: str) -> bool:
         # ``FileNotFoundError: `` with its message on the next lines is one (ultralytics does
         # that); a bare ``SomeError`` word with no colon is prose.
         return False
-    return _exception_word(m["type"].rsplit(".", 1)[-1])
+    name = m["type"].rsplit(".", 1)[-1]
+    return _exception_word(name) or (
+        m["msg"] is not None and _QUALIFIED_EXCEPTION.fullmatch(m["type"]) is not None
+    )
+
+
+#: A module-qualified exception class whose name says no "Error" (pyarrow's
+#: ``pyarrow.lib.ArrowInvalid``, ``zipfile.BadZipFile``): lower-case modules, then a class
+#: name of two capitalised words or more, as exception classes are named.
+_QUALIFIED_EXCEPTION = lazyre.compile_regex(
+    r"_?[a-z][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*\.[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+"
+)
+
+
+def _qualified_head(text: str) -> bool:
+    """Whether ``text`` starts with a module-qualified class name and a colon (cheap)."""
+    colon = text.find(": ", 0, 120)
+    return colon > 0 and "." in text[:colon] and " " not in text[:colon]
 
 
 #: Markdown a paste may wrap a whole line in: bold, code.
@@ -450,6 +477,15 @@ class TracebackAssembler:
                 self._start(lineno, text, State.IPYTHON)
                 self.ipython_type = m["type"]
                 return True
+        if " in " in text and _IPY_OLD_FRAME.match(text):
+            # an IPython traceback pasted from one of its frames on: its header (the type) is
+            # lost, the exception line after the frames says it
+            self._start(lineno, text, State.IPYTHON)
+            self.ipython_type = ""
+            assert self.current is not None
+            self.current.headerless = True
+            self._on_ipython(lineno, text)
+            return True
         return False
 
     def _start(self, lineno: int, text: str, state: State) -> None:
@@ -582,7 +618,12 @@ class TracebackAssembler:
     def _on_ipython(self, lineno: int, text: str) -> bool:
         tb = self.current
         assert tb is not None
-        if text.startswith(self.ipython_type) and text[len(self.ipython_type) :][:1] in (":", ""):
+        named = self.ipython_type
+        if (
+            text.startswith(named) and text[len(named) :][:1] in (":", "")
+            if named
+            else _exception_like(text)
+        ):
             tb.begin_exception(lineno, text)
             self.state = State.MESSAGE
             return True
@@ -591,6 +632,10 @@ class TracebackAssembler:
             path = m["file"] or "<ipython-cell>"
             line = int(m["line"] or m["cline"])
             tb.add_frame(Frame(path, line, m["func"] or "<cell>", is_user_path(path)))
+        elif m := _IPY_OLD_FRAME.match(text):
+            tb.add_frame(Frame(m["file"], 0, m["func"], is_user_path(m["file"])))
+        elif (m := _IPY_ARROW.match(text)) and tb.frames and not tb.frames[-1].line:
+            tb.frames[-1] = dataclasses.replace(tb.frames[-1], line=int(m["line"]))
         return tb.line_count < MAX_TB_LINES
 
     def _on_vscode(self, lineno: int, text: str) -> bool:
