@@ -402,3 +402,16 @@ def test_a_qualified_exception_without_error_in_its_name_stands_alone() -> None:
     assert tb.exceptions[-1].type == "pyarrow.lib.ArrowInvalid"
     # a config dump's dotted keys are not exceptions
     assert assemble("model.Name: bert-base\nlogging.INFO: on\ntrain.py: done\n").done == []
+
+
+def test_pytests_failure_marker_before_an_exception_line_is_not_the_exceptions() -> None:
+    # huggingface/sentence-transformers#3001 as posted: a test run's import error under pytest
+    (tb,) = assemble(
+        "/usr/local/lib/python3.11/site-packages/sentence_transformers/SentenceTransformer.py:12: "
+        "in <module>\n"
+        "    from huggingface_hub import HfApi, HfFolder, Repository, hf_hub_url, cached_download\n"
+        "E   ImportError: cannot import name 'cached_download' from 'huggingface_hub' "
+        "(/usr/local/lib/python3.11/site-packages/huggingface_hub/__init__.py)\n"
+    ).done
+    assert tb.exceptions[-1].type == "ImportError"
+    assert tb.exceptions[-1].message.startswith("cannot import name 'cached_download'")

@@ -315,6 +315,16 @@ def _unemphasised(text: str) -> str:
     return text
 
 
+def _unmarked(text: str) -> str:
+    """``text`` without the ``E   `` pytest puts before each line of a failure's exception
+    (``E   ImportError: cannot import name ...``); the text itself otherwise."""
+    if text.startswith("E   "):
+        rest = text[4:].lstrip(" ")
+        if rest[:1].isalpha() or rest[:1] == "_":
+            return rest
+    return text
+
+
 def _exception_word(name: str) -> bool:
     return name.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning")) or name in (
         "KeyboardInterrupt",
@@ -462,7 +472,7 @@ class TracebackAssembler:
                 self.current.exc_message = []
                 self.current.exc_line = lineno
                 return True
-        bare = _unemphasised(text)
+        bare = _unmarked(_unemphasised(text))
         if _bare_exception(bare):
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
