@@ -154,8 +154,8 @@ class HitCollector:
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
         # then as typed before a paste changed them (read after all of the ones as printed)
-        wrapped = [(at, u) for at, text in exceptions if (u := as_typed(text)) != text]
-        exceptions += wrapped
+        typed = [(at, u) for at, text in exceptions if (u := as_typed(text)) != text]
+        exceptions += typed
         whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
@@ -180,19 +180,19 @@ class HitCollector:
                 context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
                 out.append((rule, det, fields, at, first_line[:MAX_EVIDENCE_TEXT], context))
                 break
-        if wrapped:
-            out += self._match_rejoined(tb, wrapped, {id(det) for _, det, *_ in out})
+        if typed:
+            out += self._match_as_typed(tb, typed, {id(det) for _, det, *_ in out})
         return out
 
-    def _match_rejoined(
-        self, tb: PartialTraceback, wrapped: list[tuple[int, str]], found: set[int]
+    def _match_as_typed(
+        self, tb: PartialTraceback, typed: list[tuple[int, str]], found: set[int]
     ) -> list[_TracebackFinding]:
         """What the line detectors find in the lines of ``tb``'s exceptions as typed
         (:func:`as_typed`) that differ from the lines as printed (a wrap had cut one in two,
         and each piece was read as a line, neither whole)."""
         out: list[_TracebackFinding] = []
         context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
-        for at, text in wrapped:
+        for at, text in typed:
             printed = set(exception_text(tb.exceptions[at]).split("\n"))
             lines = [line for line in text.split("\n") if line not in printed]
             for rule, det in self.line_detectors:
