@@ -424,3 +424,15 @@ def test_determineds_rank_prefix_names_the_rank_on_both_paths() -> None:
     keys = key_pattern(PrefixStyle())
     assert keys.keys(block, 0, len(block)) == [b"[rank=0] ", b"[rank=1] ", b""]
     assert strip(keys.keys(block, 0, len(block))[1].decode() + "x", PrefixStyle())[1].rank == 1
+
+
+def test_a_stamped_blank_line_is_blank_once_its_trailing_space_is_gone() -> None:
+    # Jenkins' Timestamper stamps an empty line too ("[<time>] "); feed() drops the trailing
+    # blank, and the stamp alone must still read as a blank line, not a record that ends a
+    # traceback before its exception line (open-mmlab/mmtracking#91 under such stamps)
+    style = sniff_style(["[2022-06-18T02:31:53.944Z] Traceback (most recent call last):"] * 4)
+    assert style.stamped
+    text, prefix = strip("[2022-06-18T02:31:53.944Z]", style)
+    assert text == "" and prefix.stamp == "[2022-06-18T02:31:53.944Z]"
+    # a line that only starts with a date is not a stamp followed by nothing
+    assert strip("2022-06-18T02:31:53Z3 items", style)[0] == "2022-06-18T02:31:53Z3 items"

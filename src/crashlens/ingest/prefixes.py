@@ -29,7 +29,8 @@ _WRAP_RANK = lazyre.compile_regex(r"\[rank=(?P<n>\d+)\] ")
 #: A tool's stamp: RFC 3339 or ISO 8601 as ``kubectl logs --timestamps``, ``docker logs -t`` and
 #: CI runners put it, or in brackets, as Jenkins' Timestamper does (``[2022-06-18T02:31:53.944Z]``).
 _STAMP_RE = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
-_LEADING_STAMP = lazyre.compile_regex(rf"(?:{_STAMP_RE}|\[{_STAMP_RE}\]) ")
+#: (a stamped blank line is the stamp alone once its trailing blank is gone)
+_LEADING_STAMP = lazyre.compile_regex(rf"(?:{_STAMP_RE}|\[{_STAMP_RE}\])(?: |$)")
 #: Stamps only a tool writes, never a logging library's default format: RFC 3339 in UTC with
 #: nanoseconds (kubectl, docker), and Jenkins' bracketed ISO time in UTC.
 _CONTAINER_STAMP = lazyre.compile_regex(
