@@ -415,3 +415,24 @@ def test_pytests_failure_marker_before_an_exception_line_is_not_the_exceptions()
     ).done
     assert tb.exceptions[-1].type == "ImportError"
     assert tb.exceptions[-1].message.startswith("cannot import name 'cached_download'")
+
+
+def test_a_dedented_source_line_is_not_read_as_the_exception() -> None:
+    # huggingface/datasets#2591 as posted, every line's indentation stripped (a form that
+    # dedents a paste): `out: Union["Dataset", "DatasetDict"] = func(self, *args, **kwargs)`
+    # reads like "Type: message" but is the source line of the frame above it
+    log = Path(__file__).resolve().parents[1] / "corpus/tune/huggingface-datasets-2591/console.log"
+    text = log.read_text()
+    assert 'out: Union["Dataset", "DatasetDict"]' in text
+    (whole,) = assemble(text).done
+    dedented = assemble("\n".join(line.lstrip() for line in text.splitlines())).done
+    assert [tb.exceptions[-1].type for tb in dedented] == [whole.exceptions[-1].type]
+    assert len(dedented[0].exceptions[-1].frames) == len(whole.exceptions[-1].frames)
+    # a frame's own source line in place is still one, and an exception after a frozen frame
+    # (no source line) still ends the traceback
+    (tb,) = assemble(
+        "Traceback (most recent call last):\n"
+        '  File "<frozen importlib._bootstrap>", line 1204, in _gcd_import\n'
+        "ModuleNotFoundError: No module named 'x'\n"
+    ).done
+    assert tb.exceptions[-1].type == "ModuleNotFoundError"

@@ -57,6 +57,9 @@ _IPY_OLD_FRAME = lazyre.compile_regex(
     r" in (?P<func><[^>]{1,40}>|[\w.]+)\(.*\)$"
 )
 _IPY_ARROW = lazyre.compile_regex(r"-+> ?(?P<line>\d+) ")
+#: A line that starts as ``word:`` with a lower-case word and no module before it: Python
+#: code (an annotated assignment, a dict's key), never an exception's type.
+_SOURCE_NOT_TYPE = lazyre.compile_regex(r"[a-z_][a-z0-9_]*(?:\[[^\]\n]*\])?\s*:(?!:)")
 #: VS Code's debugger names the exception first (``Exception has occurred: KeyError``), then
 #: its message, then the frames, innermost last, as a traceback prints them.
 _VSCODE_HEADER = lazyre.compile_regex(r"Exception has occurred: (?P<type>[A-Za-z_][\w.]*)\s*")
@@ -539,6 +542,12 @@ class TracebackAssembler:
             return True
         if looks_like_record(text):
             return False
+        if tb.code_next and _SOURCE_NOT_TYPE.match(text):
+            # a frame's source line that lost its indentation (a paste that dedented the
+            # block): ``out: Dataset = func(self)`` reads like ``Type: message``, but no
+            # exception's type is a lower-case word without a module
+            tb.source_line("    " + text)
+            return True
         if not _exception_like(text) and tb.noise < MAX_NOISE_LINES:
             # stdout interleaved into stderr's traceback (a combined console): not the end.
             tb.noise += 1
