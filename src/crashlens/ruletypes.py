@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import regex
 
@@ -11,6 +11,8 @@ Scope = Literal["line", "exception", "traceback", "flight"]
 #: What matching Flight Recorder dumps can find (``flight:`` detectors; crashlens.collectives).
 FLIGHT_KINDS = ("not_joined", "mismatch", "no_dump")
 Same = Literal["rank", "stated", "host", "job"]
+#: The values of :data:`Same`, as the rule loader checks them.
+SAME_GROUPS: tuple[str, ...] = get_args(Same)
 
 SEVERITY_WEIGHT: dict[str, float] = {
     "critical": 1.0,

@@ -154,8 +154,8 @@ class HitCollector:
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
         # then as typed before a paste changed them (read after all of the ones as printed)
-        typed = [(at, u) for at, text in exceptions if (u := as_typed(text)) != text]
-        exceptions += typed
+        typed = [(at, text, u) for at, text in exceptions if (u := as_typed(text)) != text]
+        exceptions += [(at, u) for at, _, u in typed]
         whole: list[tuple[int, str]] = []
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
@@ -185,16 +185,17 @@ class HitCollector:
         return out
 
     def _match_as_typed(
-        self, tb: PartialTraceback, typed: list[tuple[int, str]], found: set[int]
+        self, tb: PartialTraceback, typed: list[tuple[int, str, str]], found: set[int]
     ) -> list[_TracebackFinding]:
         """What the line detectors find in the lines of ``tb``'s exceptions as typed
-        (:func:`as_typed`) that differ from the lines as printed (a wrap had cut one in two,
-        and each piece was read as a line, neither whole)."""
+        (:func:`as_typed`; ``typed``: which exception, its text as printed and as typed) that
+        differ from the lines as printed (a wrap had cut one in two, and each piece was read
+        as a line, neither whole)."""
         out: list[_TracebackFinding] = []
         context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
-        for at, text in typed:
-            printed = set(exception_text(tb.exceptions[at]).split("\n"))
-            lines = [line for line in text.split("\n") if line not in printed]
+        for at, text, retyped in typed:
+            printed = set(text.split("\n"))
+            lines = [line for line in retyped.split("\n") if line not in printed]
             for rule, det in self.line_detectors:
                 if id(det) in found or (
                     det.sources is not None and self.source.kind not in det.sources

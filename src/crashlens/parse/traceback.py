@@ -546,7 +546,7 @@ class TracebackAssembler:
             # a frame's source line that lost its indentation (a paste that dedented the
             # block): ``out: Dataset = func(self)`` reads like ``Type: message``, but no
             # exception's type is a lower-case word without a module
-            tb.source_line("    " + text)
+            tb.source_line(text)
             return True
         if not _exception_like(text) and tb.noise < MAX_NOISE_LINES:
             # stdout interleaved into stderr's traceback (a combined console): not the end.

@@ -26,6 +26,7 @@ from crashlens.rulebase.literals import required_literals
 from crashlens.ruletypes import (
     FACT_TESTS,
     FLIGHT_KINDS,
+    SAME_GROUPS,
     SEVERITY_WEIGHT,
     Condition,
     Detector,
@@ -651,8 +652,8 @@ def _condition(value: Any, names: set[str], path: str, node: dict[str, Any]) -> 
     if not parts["any"] and not parts["all"]:
         raise _fail("condition needs 'any' or 'all'", path, value)
     same = value.get("same", "rank")
-    if same not in ("rank", "stated", "host", "job"):
-        raise _fail("condition 'same' must be rank, stated, host or job", path, value)
+    if same not in SAME_GROUPS:
+        raise _fail(f"condition 'same' must be one of {', '.join(SAME_GROUPS)}", path, value)
     within = value.get("within")
     if within is not None and (
         isinstance(within, bool)
