@@ -61,6 +61,9 @@ def test_provenance_comes_from_what_the_path_means(path: str, expected: str) -> 
     assert provenance(path) == expected
 
 
+_SITE = "/venv/lib/python3.11/site-packages"
+
+
 def _f(path: str, func: str = "f", user: bool | None = None) -> Frame:
     return Frame(path, 1, func, provenance(path) == "user" if user is None else user)
 
@@ -85,6 +88,12 @@ def test_the_launched_script_is_the_outermost_module_frame_not_a_runner() -> Non
         ([_f("/home/u/train.py", "<module>")], "user"),
         ([_f("/home/u/train.py", "<module>"), _f("/usr/lib/python3.11/json/encoder.py")], "called"),
         ([_f("/usr/local/bin/torchrun", "<module>"), _f("torch/distributed/run.py")], "library"),
+        # a library's module body raising while the user's import ran it: it cannot load here
+        ([_f("/home/u/train.py", "<module>"), _f(f"{_SITE}/setfit/args.py", "<module>")], "import"),
+        # the user's own module raising at import is theirs; a library function it called is not
+        # an import failure
+        ([_f("/home/u/train.py", "<module>"), _f("/home/u/utils.py", "<module>")], "user"),
+        ([_f("/home/u/train.py", "<module>"), _f(f"{_SITE}/dep/core.py", "run")], "called"),
         ([], "none"),
     ],
 )

@@ -771,14 +771,17 @@ def embedded_frames(exc: ExceptionInfo) -> list[Frame]:
     ]
 
 
-Origin = Literal["user", "called", "library", "unseen", "none", "cut"]
+Origin = Literal["user", "called", "import", "library", "unseen", "none", "cut"]
 
 
 def exception_origin(exc: ExceptionInfo) -> Origin:
     """Where an exception was raised, and whether the user's code led there.
 
     ``user``: its innermost frame is the user's code; ``called``: it was raised inside Python
-    or a library that the user's code called (a frame of theirs is on the stack); ``library``:
+    or a library that the user's code called (a frame of theirs is on the stack); ``import``:
+    raised by a library's own module body while an import ran it (its innermost frame and the
+    one that imported it are both ``<module>``: the library cannot even load in this
+    environment, whoever imported it); ``library``:
     no frame of the user's is shown; ``unseen``: none is shown, but the log starts inside the
     traceback, so its outer frames (where the user's script called in) are not in it;
     ``none``: no frame at all; ``cut``: the log ends inside the traceback, so what was raised
@@ -792,6 +795,8 @@ def exception_origin(exc: ExceptionInfo) -> Origin:
         return "none"
     if frames[-1].user_code:
         return "user"
+    if len(frames) >= 2 and frames[-1].function == frames[-2].function == "<module>":
+        return "import"
     if any(f.user_code for f in frames) or any(f.user_code for f in exc.frames):
         return "called"
     return "unseen" if exc.head_lost else "library"

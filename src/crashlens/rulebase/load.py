@@ -48,7 +48,7 @@ _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origi
 _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
 _GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
-_ORIGINS = {"user", "called", "library", "unseen", "none", "cut"}
+_ORIGINS = {"user", "called", "import", "library", "unseen", "none", "cut"}
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least", "last_words", "ends_job"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
