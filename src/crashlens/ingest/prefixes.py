@@ -215,11 +215,12 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             pos = m.end()
     first = text[pos : pos + 1]
     if first == "[":
-        m = _KUBECTL.match(text, pos)
+        # (each form's first characters checked before its regex runs)
+        m = _KUBECTL.match(text, pos) if text.startswith("[pod/", pos) else None
         if m:
             host = m["host"]
             pos = m.end()
-        m = _MPI.match(text, pos)
+        m = _MPI.match(text, pos) if text[pos + 1 : pos + 2].isdigit() else None
         if m:
             rank = int(m["n"])
             pos = m.end()
@@ -237,7 +238,7 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             else:
                 local_rank = int(m["n"])
             pos = m.end()
-        m = _WRAP_RANK.match(text, pos)
+        m = _WRAP_RANK.match(text, pos) if text.startswith("[rank=", pos) else None
         if m:
             rank = int(m["n"])
             pos = m.end()
