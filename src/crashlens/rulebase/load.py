@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import regex
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from crashlens import lazyre
 from crashlens._version import __version__
 from crashlens.errors import RuleError, RuleErrors
-from crashlens.model import CAUSE_CLASSES
+from crashlens.model import CAUSE_CLASSES, Origin
 from crashlens.rulebase.conditions import parse_spec
 from crashlens.rulebase.literals import required_literals
 from crashlens.ruletypes import (
@@ -48,7 +48,7 @@ _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origi
 _NEVER = r"(?!)"
 #: A pattern that turns on case-insensitive matching for the whole of itself: ``(?i)...``.
 _GLOBAL_IGNORECASE = lazyre.compile_regex(r"\(\?[a-zA-Z]*i[a-zA-Z]*\)")
-_ORIGINS = {"user", "called", "import", "library", "unseen", "none", "cut"}
+_ORIGINS = set(get_args(Origin))
 _CONDITION_KEYS = {"any", "all", "not", "within", "same", "at_least", "last_words", "ends_job"}
 _SOURCES = {"worker", "launcher", "kernel", "scheduler", "errorfile"}
 _ID = lazyre.compile_regex(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
