@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
+from itertools import chain
 from typing import Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
@@ -382,7 +383,12 @@ class FastPath:
             assert self._bk is not None
             bk = self._bk
             parts = [bk.lines_of(i) for i in self._key_ids[id(stream)]]
-            lines = parts[0] if len(parts) == 1 else sorted(j for part in parts for j in part)
+            if len(parts) == 1:
+                lines = parts[0]
+            else:
+                # each part ascending: one sort of their concatenation merges the runs
+                lines = list(chain.from_iterable(parts))
+                lines.sort()
             self._by_stream[id(stream)] = lines
         return lines
 
