@@ -221,3 +221,40 @@ def test_a_start_up_banner_the_job_went_on_from_is_no_event() -> None:
     # where the job did end on it, it is
     hang = analyze([STARTUP / "torchrun_nnodes2_killed.log"])
     assert "startup-hang-after-launch" in set(hang.timeline["signal"])
+
+
+_UNRAISABLE = """\
+class Loader:
+    def __del__(self):
+        raise RuntimeError("DataLoader worker (pid 31433) is killed by signal: Aborted.")
+
+
+loader = Loader()
+del loader
+print("epoch 1 done", flush=True)
+"""
+
+
+def test_an_exception_the_interpreter_ignored_is_no_ending(tmp_path: Path) -> None:
+    # A real run: __del__ raises, CPython prints "Exception ignored in: <function ...>" and its
+    # traceback, and the program goes on and exits 0 (jaywalnut310/vits#163: the same for a
+    # DataLoader's workers, the log cut inside that traceback).
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_UNRAISABLE)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stderr.startswith("Exception ignored in: <function")
+    log = tmp_path / "train.log"
+    log.write_text(run.stderr)
+    report = analyze([log])
+    assert not report.failed
+    # cut inside its traceback, it still reads as the interpreter's: not how the process died
+    cut = tmp_path / "cut.log"
+    cut.write_text("".join(run.stderr.splitlines(True)[:3]))
+    assert not analyze([cut]).failed
+    # the same traceback without the interpreter's line before it ends the process
+    bare = tmp_path / "bare.log"
+    bare.write_text("".join(run.stderr.splitlines(True)[1:]))
+    assert analyze([bare]).failed

@@ -436,3 +436,44 @@ def test_a_dedented_source_line_is_not_read_as_the_exception() -> None:
         "ModuleNotFoundError: No module named 'x'\n"
     ).done
     assert tb.exceptions[-1].type == "ModuleNotFoundError"
+
+
+def test_an_exception_line_set_in_from_a_margin_stands_alone() -> None:
+    # bigcode-project/bigcode-evaluation-harness#265 as posted: pip sets the output of the
+    # build it ran six spaces in, its exception line too; opendrivelab/UniAD#13: one space
+    text = """\
+oargspec = inspect.getargspec
+           ^^^^^^^^^^^^^^^^^^
+      AttributeError: module 'inspect' has no attribute 'getargspec'. Did you mean: 'getargs'?
+"""
+    (tb,) = assemble(text).done
+    exc = tb.exceptions[-1]
+    assert (exc.type, exc.lineno) == ("AttributeError", 3)
+    assert exc.message.startswith("module 'inspect' has no attribute 'getargspec'")
+    (one,) = assemble(" FileNotFoundError: img file does not exist: data/x.jpg\n").done
+    assert one.exceptions[-1].type == "FileNotFoundError"
+    # set in deeper than a margin, or a warning, it is text
+    assert not assemble("            KeyError: 'x'\n").done
+    assert not assemble("      UserWarning: the default will change\n").done
+
+
+def test_an_ipython_header_broken_after_its_type_still_names_it() -> None:
+    # OpenGVLab/InternVideo#102 as posted (JupyterLab): the padded type, then the rest of the
+    # header on the next line; frames copied as Markdown links; cut before the last line
+    text = """\
+ModuleNotFoundError{pad}
+Traceback (most recent call last)
+Cell In[1], line 11
+---> 11 from utils import (retrieve_text,
+
+File [~/demo/utils.py:17](http://127.0.0.1:8888/lab/tree/demo/utils.py#line=16)
+---> 17 from models.backbones.internvideo2 import pretrain_internvideo2_1b_patch14_224
+""".format(pad=" " * 23)
+    (tb,) = assemble(text).done
+    exc = tb.exceptions[-1]
+    assert (
+        exc.message[0:1] == "t" and "IPython's header names it ModuleNotFoundError" in exc.message
+    )
+    assert "last frame shown: ~/demo/utils.py:17" in exc.message
+    # the type alone, then a line that is no header: nothing
+    assert not assemble("ModuleNotFoundError\nsome other line\n").done

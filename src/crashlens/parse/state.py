@@ -39,6 +39,10 @@ ERROR_RECORD = lazyre.compile_regex(r"\b(?:ERROR|WARNING|WARN|CRITICAL|EXCEPTION
 RETRY_ANNOUNCED = lazyre.compile_regex(
     r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d"
 )
+#: CPython's report of an exception it cannot raise (PyErr_WriteUnraisable: "Exception
+#: ignored in: <object>", 3.13's "Exception ignored while ..." / "... on calling ..."), printed
+#: right before its traceback.
+UNRAISABLE = lazyre.compile_regex(r"\s{0,4}Exception ignored (?:in|on|while)\b")
 STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 #: Exceptions a launcher raises to report that a child process failed.
 LAUNCHER_EXCEPTIONS = (
@@ -230,10 +234,14 @@ class DoneTraceback:
     printed: Printed = field(init=False)
     #: The line before it announced a retry: handled, whatever follows.
     retried: bool = field(init=False)
+    #: The line before it is the interpreter's "Exception ignored in: <object>": an exception
+    #: it could not raise (in ``__del__``, a callback, at exit) and printed and went on from.
+    ignored: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.printed = self.tb.printed()
         self.retried = RETRY_ANNOUNCED.search(self.tb.prelude) is not None
+        self.ignored = UNRAISABLE.match(self.tb.prelude) is not None
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
@@ -241,7 +249,7 @@ class DoneTraceback:
         run of timestamps, or anything a minute or more later."""
         if self.progressed or stream_lines - self.lines_at_end > HANDLED_AFTER_LINES:
             return True
-        if self.retried:
+        if self.retried or self.ignored:
             return True
         if self.time is None or not self.later:
             return False
@@ -256,6 +264,7 @@ class DoneTraceback:
         return (
             not self.progressed  # a later step: handled, whatever follows
             and not self.retried  # so is an announced retry
+            and not self.ignored  # and one the interpreter printed and went on from
             and len(self.later) < HANDLED_AFTER_STAMPS
             and stream_lines - self.lines_at_end <= HANDLED_AFTER_LINES
         )

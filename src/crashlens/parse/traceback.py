@@ -45,8 +45,14 @@ _RICH_FRAME = lazyre.compile_regex(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in
 _IPY_HEADER = lazyre.compile_regex(
     r"(?P<type>[A-Za-z_][\w.]*(?:(?<=Error)\([A-Za-z_][\w.]*\))?)\s{2,}Traceback \(most re"
 )
+#: IPython's header broken after its padded type (a paste wrapped it): the type alone (its
+#: padding trimmed), then ``Traceback (most recent call last)`` on the next line.
+_IPY_TYPE_ALONE = lazyre.compile_regex(
+    r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|StopIteration))\s*"
+)
 _IPY_FRAME = lazyre.compile_regex(
-    r"(?:File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
+    # (JupyterLab copies a frame's file as a Markdown link: "File [<file>:<line>](<url>)")
+    r"(?:File \[?(?P<file>[^\s\[\]]+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
 )
 #: IPython before 8 names a frame's file and function, then shows numbered source lines, the
@@ -267,6 +273,11 @@ _BARE_HINTS = ("Error", "Exception", "Interrupt", "Exit")
 BARE_MESSAGE_LINES = 8
 
 
+#: The most spaces before an exception's final line standing alone that still read as a
+#: margin (pip sets its child's output six in).
+_MAX_EXCEPTION_MARGIN = 8
+
+
 def _bare_exception(text: str) -> bool:
     """Whether an unindented line is an exception's final line standing on its own.
 
@@ -363,6 +374,8 @@ class TracebackAssembler:
         self.current: PartialTraceback | None = None
         self.state = State.IDLE
         self.ipython_type = ""
+        #: IPython's padded type alone on a line, and its line number (:data:`_IPY_TYPE_ALONE`)
+        self._type_alone: tuple[int, str] | None = None
         self.blank_run = 0
         self.done: list[PartialTraceback] = []
         self._handlers: dict[State, Callable[[int, str], bool]] = {
@@ -476,20 +489,38 @@ class TracebackAssembler:
                 self.current.exc_line = lineno
                 return True
         bare = _unmarked(_unemphasised(text))
+        margin = ""
+        if not _bare_exception(bare) and 0 < len(indent) <= _MAX_EXCEPTION_MARGIN:
+            # the same line set in from a margin: a paste's, or a tool's that indents a
+            # child's output (pip's "[N lines of output]" block, six spaces)
+            bare, margin = stripped, indent
         if _bare_exception(bare):
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
             self._start(lineno, text, State.MESSAGE)
             assert self.current is not None
             self.current.headerless = True
+            self.current.margin = margin
             self.current.begin_exception(lineno, bare)
             return True
         if "Traceback (most re" in text:
             m = _IPY_HEADER.match(text)
+            alone = self._type_alone
+            if (
+                m is None
+                and alone is not None
+                and alone[0] == lineno - 1
+                and stripped.startswith("Traceback (most recent call last)")
+            ):
+                self._start(lineno, text, State.IPYTHON)
+                self.ipython_type = alone[1]
+                return True
             if m:
                 self._start(lineno, text, State.IPYTHON)
                 self.ipython_type = m["type"]
                 return True
+        if (m := _IPY_TYPE_ALONE.fullmatch(text)) is not None:
+            self._type_alone = (lineno, m["type"])
         if " in " in text and _IPY_OLD_FRAME.match(text):
             # an IPython traceback pasted from one of its frames on: its header (the type) is
             # lost, the exception line after the frames says it
