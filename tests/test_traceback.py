@@ -477,3 +477,21 @@ File [~/demo/utils.py:17](http://127.0.0.1:8888/lab/tree/demo/utils.py#line=16)
     assert "last frame shown: ~/demo/utils.py:17" in exc.message
     # the type alone, then a line that is no header: nothing
     assert not assemble("ModuleNotFoundError\nsome other line\n").done
+
+
+def test_a_python_warning_after_the_exception_line_is_not_its_message() -> None:
+    # warnings.formatwarning's "<file>:<lineno>: <Category>: <message>" is the warnings
+    # module's own record (here printed by a data worker right after a handled round)
+    text = """\
+Traceback (most recent call last):
+  File "/srv/train/data/remote.py", line 88, in fetch_shard
+    return session.get(url, timeout=30).content
+ConnectionResetError: [Errno 104] Connection reset by peer
+/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:91: UserWarning: None of the inputs have requires_grad=True. Gradients will be None
+  warnings.warn(
+"""
+    (tb,) = assemble(text).done
+    assert tb.exceptions[-1].message == "[Errno 104] Connection reset by peer"
+    # a message's own second line is still its own
+    (two,) = assemble("ValueError: bad row 12\n  expected 3 columns\n").done
+    assert two.exceptions[-1].message == "bad row 12\n  expected 3 columns"

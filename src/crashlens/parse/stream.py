@@ -511,9 +511,12 @@ class FileParser:
 
     def _announced(self, announce: bytes, closer: bytes) -> str | None:
         """The ring's text of ``announce`` when a round between it and ``closer`` folds
-        (:meth:`round_ok`); None when it does not."""
+        (:meth:`round_ok`); None when it does not. A closer of progress-bar states is read by
+        its first state, as the per-line path reads it: the rounds folded here are of a
+        stream nothing watches (:meth:`run_ready`, :meth:`fold_later`), so the bar left in
+        the quiet run is then only a line, like every other bar the fast path passes over."""
         text = ring_text(announce, self.style)
-        if RETRY_ANNOUNCED.search(text) is None or not self._ends_message(closer):
+        if RETRY_ANNOUNCED.search(text) is None or not self._ends_message(closer, bars=True):
             return None
         return text
 

@@ -82,6 +82,9 @@ _BASIC_RECORD = lazyre.compile_regex(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[A-
 #: continuation of a Python exception's message (it may sit among a traceback's frames, where
 #: another process's output interleaves).
 _NCCL_RECORD = lazyre.compile_regex(r"[\w\-.]+:\d+:\d+ \[\d+\] NCCL ")
+#: A warning as Python's warnings module prints it (formatwarning: ``<file>:<lineno>:
+#: <category>: <message>``): the warnings module's own record, never an exception's message.
+_WARNING_RECORD = lazyre.compile_regex(r"\S{1,400}\.pyw?:\d+: [A-Z]\w{0,60}Warning: ")
 #: Lines a rich, IPython or faulthandler block may take before it is closed regardless.
 MAX_TB_LINES = 2000
 MAX_TEXT_LINES = 400
@@ -111,12 +114,14 @@ Printed = tuple[tuple[str, ...], tuple[tuple[str, str, tuple[Frame, ...]], ...]]
 
 def ends_message(text: str) -> bool:
     """Whether ``text``, after an exception's message line, starts something else: a log
-    record, a progress bar, NCCL's own debug line (not another traceback: that starts one)."""
+    record, a progress bar, NCCL's own debug line, a Python warning (not another traceback:
+    that starts one)."""
     return (
         looks_like_record(text)
         or looks_like_progress(text)
         or _NCCL_RECORD.match(text) is not None
         or _BASIC_RECORD.match(text) is not None
+        or _WARNING_RECORD.match(text) is not None
     )
 
 
