@@ -493,13 +493,14 @@ class TracebackAssembler:
                 self.current.exc_message = []
                 self.current.exc_line = lineno
                 return True
-        bare = _unmarked(_unemphasised(text))
-        margin = ""
-        if not _bare_exception(bare) and 0 < len(indent) <= _MAX_EXCEPTION_MARGIN:
+        bare, margin = _unmarked(_unemphasised(text)), ""
+        found = _bare_exception(bare)
+        if not found and 0 < len(indent) <= _MAX_EXCEPTION_MARGIN:
             # the same line set in from a margin: a paste's, or a tool's that indents a
             # child's output (pip's "[N lines of output]" block, six spaces)
             bare, margin = stripped, indent
-        if _bare_exception(bare):
+            found = _bare_exception(bare)
+        if found:
             # A final ``Type: message`` line with no traceback above it (a shortened paste,
             # a launcher that printed only the error): an exception like any other.
             self._start(lineno, text, State.MESSAGE)
