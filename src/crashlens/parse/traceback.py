@@ -509,22 +509,8 @@ class TracebackAssembler:
             self.current.margin = margin
             self.current.begin_exception(lineno, bare)
             return True
-        if "Traceback (most re" in text:
-            m = _IPY_HEADER.match(text)
-            alone = self._type_alone
-            if (
-                m is None
-                and alone is not None
-                and alone[0] == lineno - 1
-                and stripped.startswith("Traceback (most recent call last)")
-            ):
-                self._start(lineno, text, State.IPYTHON)
-                self.ipython_type = alone[1]
-                return True
-            if m:
-                self._start(lineno, text, State.IPYTHON)
-                self.ipython_type = m["type"]
-                return True
+        if "Traceback (most re" in text and self._ipython_header(lineno, text, stripped):
+            return True
         if (m := _IPY_TYPE_ALONE.fullmatch(text)) is not None:
             self._type_alone = (lineno, m["type"])
         if " in " in text and _IPY_OLD_FRAME.match(text):
@@ -537,6 +523,24 @@ class TracebackAssembler:
             self._on_ipython(lineno, text)
             return True
         return False
+
+    def _ipython_header(self, lineno: int, text: str, stripped: str) -> bool:
+        """Start an IPython traceback at its header: on one line (``<Type>   Traceback (most
+        recent call last)``), or on this line after its type alone on the line before (a
+        paste wrapped the header there)."""
+        m = _IPY_HEADER.match(text)
+        if m is not None:
+            exc_type = m["type"]
+        else:
+            alone = self._type_alone
+            if alone is None or alone[0] != lineno - 1:
+                return False
+            if not stripped.startswith("Traceback (most recent call last)"):
+                return False
+            exc_type = alone[1]
+        self._start(lineno, text, State.IPYTHON)
+        self.ipython_type = exc_type
+        return True
 
     def _start(self, lineno: int, text: str, state: State) -> None:
         self.current = PartialTraceback(start_line=lineno)
