@@ -64,7 +64,6 @@ class HitCollector:
         self.matcher = matcher
         self.clock = clock
         self.exc_detectors = rules.exception_detectors()
-        self.line_detectors = rules.line_detectors()
         self.pending: list[PendingHit] = []
         self._per_det: dict[tuple[str, str, int], int] = {}
         self._tb_found: dict[Printed, list[_TracebackFinding]] = {}
@@ -195,21 +194,15 @@ class HitCollector:
         context = tuple(t[:MAX_EVIDENCE_TEXT] for t in tb.text[-CONTEXT - 1 : -1])
         for at, text, retyped in typed:
             printed = set(text.split("\n"))
-            lines = [line for line in retyped.split("\n") if line not in printed]
-            for rule, det in self.line_detectors:
-                if id(det) in found or (
-                    det.sources is not None and self.source.kind not in det.sources
-                ):
+            for line in retyped.split("\n"):
+                if line in printed:
                     continue
-                for line in lines:
-                    if not _holds_literal(det, line):
-                        continue
-                    hit = self.matcher.search(rule, det, line)
-                    if hit is not None:
-                        fields = {k: v for k, v in hit.groupdict().items() if v is not None}
-                        out.append((rule, det, fields, at, line[:MAX_EVIDENCE_TEXT], context))
-                        found.add(id(det))
-                        break
+                for rule, det, hit in self.matcher.match(line, self.source.kind):
+                    if id(det) in found:
+                        continue  # each detector once: its first line
+                    fields = {k: v for k, v in hit.groupdict().items() if v is not None}
+                    out.append((rule, det, fields, at, line[:MAX_EVIDENCE_TEXT], context))
+                    found.add(id(det))
         return out
 
     # -- reading ---------------------------------------------------------------------------

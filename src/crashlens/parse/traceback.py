@@ -45,10 +45,11 @@ _RICH_FRAME = lazyre.compile_regex(r"│\s+(?P<file>[^\s│]+?):(?P<line>\d+) in
 _IPY_HEADER = lazyre.compile_regex(
     r"(?P<type>[A-Za-z_][\w.]*(?:(?<=Error)\([A-Za-z_][\w.]*\))?)\s{2,}Traceback \(most re"
 )
-#: IPython's header broken after its padded type (a paste wrapped it): the type alone (its
-#: padding trimmed), then ``Traceback (most recent call last)`` on the next line.
+#: IPython's header broken after its padded type (a paste wrapped it): the type alone on its
+#: line (padded or not), then ``Traceback (most recent call last)`` on the next line.
+_TYPE_ENDINGS = ("Error", "Exception", "Interrupt", "Exit", "StopIteration")
 _IPY_TYPE_ALONE = lazyre.compile_regex(
-    r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|StopIteration))\s*"
+    rf"(?P<type>[A-Za-z_][\w.]*(?:{'|'.join(_TYPE_ENDINGS)}))\s*"
 )
 _IPY_FRAME = lazyre.compile_regex(
     # (JupyterLab copies a frame's file as a Markdown link: "File [<file>:<line>](<url>)")
@@ -511,7 +512,7 @@ class TracebackAssembler:
             return True
         if "Traceback (most re" in text and self._ipython_header(lineno, text, stripped):
             return True
-        if (m := _IPY_TYPE_ALONE.fullmatch(text)) is not None:
+        if text.rstrip().endswith(_TYPE_ENDINGS) and (m := _IPY_TYPE_ALONE.fullmatch(text)):
             self._type_alone = (lineno, m["type"])
         if " in " in text and _IPY_OLD_FRAME.match(text):
             # an IPython traceback pasted from one of its frames on: its header (the type) is
