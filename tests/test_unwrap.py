@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crashlens import analyze
-from crashlens.ingest.unwrap import rejoined, unwrap, wrap_width
+from crashlens.ingest.unwrap import cut_width, rejoined, unwrap, wrap_width
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "corpus" / "tune"
@@ -98,6 +98,51 @@ def test_a_short_paste_wrapped_at_100_keeps_its_diagnosis(
     wrapped.write_text("\n".join(cut))
     got = analyze([wrapped]).primary
     assert got is not None and got.rule_id == rule
+
+
+@pytest.mark.parametrize(
+    ("case", "rule"),
+    [
+        # a launcher's one long line, cut where the module's name was
+        ("akegarasu-lora-scripts-132", "module-not-found"),
+        # c10d's one warning line, cut in the host name's words
+        ("kubernetes-sigs-jobset-603", "rendezvous-host-unresolved"),
+        # a datasets map traceback among padded progress rows
+        ("zai-org-glm-4-277", "datasets-map-worker-died"),
+    ],
+)
+def test_a_paste_of_a_few_lines_wrapped_at_100_is_read_joined(
+    case: str, rule: str, tmp_path: Path
+) -> None:
+    # too few cut lines for wrap_width to tell a wrap from lines that share a length: the
+    # paste is read both ways, and joined again when that reading finds more
+    (log,) = (TUNE / case).glob("*.log")
+    assert analyze([log]).primary.rule_id == rule  # type: ignore[union-attr]
+    lines = log.read_text().split("\n")
+    cut = [ln[i : i + 100] for ln in lines for i in range(0, max(len(ln), 1), 100)]
+    assert wrap_width(cut[:200]) is None
+    assert cut_width(cut[:200]) == 100
+    wrapped = tmp_path / "console.log"
+    wrapped.write_text("\n".join(cut))
+    got = analyze([wrapped]).primary
+    assert got is not None and got.rule_id == rule
+
+
+def test_a_short_paste_is_not_joined_where_nothing_goes_on() -> None:
+    # the longest line is followed by a record of its own (or by nothing): no candidate width
+    assert cut_width(["x" * 80, "2024-05-01 03:00:00 INFO next"]) is None
+    assert cut_width(["short", "y" * 80]) is None
+    assert cut_width(["a" * 40, "b" * 40]) is None  # narrower than any terminal
+    assert cut_width(["w" * 80, "rest of it"]) == 80
+
+
+def test_a_whole_frame_line_is_not_a_cut() -> None:
+    # hiyouga/LLaMA-Factory#1301 as posted: its longest line is a whole frame line, and what
+    # follows it is that frame's source line, not the rest of it
+    lines = (TUNE / "hiyouga-llamafactory-1301" / "console.log").read_text().split("\n")
+    longest = max(lines, key=len)
+    assert longest.lstrip().startswith('File "') and longest.endswith("apply_rotary_pos_emb")
+    assert cut_width(lines[:200]) is None
 
 
 def test_typographic_quotes_a_paste_put_in_are_read_as_printed() -> None:

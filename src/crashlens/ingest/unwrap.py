@@ -69,6 +69,22 @@ def wrap_width(lines: Iterable[str]) -> int | None:
     return width
 
 
+def cut_width(lines: Iterable[str]) -> int | None:
+    """The width a paste too short for :func:`wrap_width` may have been cut at, or None.
+
+    A few lines cannot show a spike of one length, so this only names a candidate: the
+    longest lines' length (at least :data:`MIN_WIDTH`), when a line that long is followed by
+    one that goes on with it. Whether the paste was wrapped is then told by which reading
+    finds more (:func:`crashlens.parse.parse_binary`).
+    """
+    raw = list(lines)
+    width = max((len(line) for line in raw), default=0)
+    if width < MIN_WIDTH:
+        return None
+    cut = [(a, b) for a, b in itertools.pairwise(raw) if len(a) == width]
+    return width if any(_goes_on(a, b) for a, b in cut) else None
+
+
 def _goes_on(line: str, after: str) -> bool:
     """Whether ``after`` reads as the rest of ``line`` cut at a terminal's width, not as a
     line of its own: not empty, no record, prefix, frame or box row of its own."""
@@ -77,12 +93,17 @@ def _goes_on(line: str, after: str) -> bool:
         bool(rest)
         and not line.endswith(_BOX)
         and not line.endswith("  ")  # padded to the width: a screen's copy, not a cut
+        and _WHOLE_FRAME.match(line) is None  # a frame line is followed by its source line
         and _OWN_LINE.match(after) is None
         and _OWN_LINE.match(rest) is None
         # the next of many lines of one format (a per-thread assert, a per-rank message, a
         # log dict): the same start, digits aside
         and _shape(after[:_SAME_START]) != _shape(line[:_SAME_START])
     )
+
+
+#: A traceback frame line that is whole: what follows it is its source line, wherever it ends.
+_WHOLE_FRAME = lazyre.compile_regex(r'\s*File "[^"\n]+", line \d+, in \S+\s*$')
 
 
 def _shape(text: str) -> str:

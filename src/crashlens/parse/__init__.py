@@ -10,7 +10,7 @@ from pathlib import Path
 
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
-from crashlens.ingest.unwrap import unwrap, wrap_width
+from crashlens.ingest.unwrap import cut_width, unwrap, wrap_width
 from crashlens.model import FileResult, Source
 from crashlens.parse.index import DENSE_LINES, BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
@@ -19,6 +19,8 @@ from crashlens.parse.stream import FileParser
 from crashlens.ruletypes import RuleSet
 
 SNIFF_LINES = 200
+#: What :func:`parse_binary` reads first to sniff a file (all of a short paste).
+HEAD_BYTES = 256 * 1024
 
 __all__ = [
     "BlockIndex",
@@ -79,10 +81,23 @@ def parse_binary(
     the bytes of each block once it is parsed. ``ceiling`` is the file's modification time:
     no year-less timestamp is put after it (see :class:`~crashlens.parse.clock.Clock`).
     """
-    head = stream.read(256 * 1024) if encoding == "utf-8" else b""
+    head = stream.read(HEAD_BYTES) if encoding == "utf-8" else b""
     sample = _head_lines(head)
     # a paste a terminal hard-wrapped is read line by line, its wrapped lines joined again
     width = wrap_width(sample) if indexed is None else None
+    if width is None and indexed is None and len(head) < HEAD_BYTES and sample:
+        short = cut_width(sample)
+        if short is not None:
+            return _short_paste(
+                source,
+                list(iter_lines(stream, encoding, head=head)),
+                short,
+                rules,
+                matcher,
+                year=year,
+                tb_ids=tb_ids,
+                ceiling=ceiling,
+            )
     if width is not None or not fast_path_ok(source, encoding, scanner):
         lines = iter_lines(stream, encoding, head=head)
         if width is not None:
@@ -103,6 +118,27 @@ def parse_binary(
         if progress is not None:
             progress(len(block))
     return parser.close()
+
+
+def _short_paste(
+    source: Source,
+    lines: list[tuple[int, str]],
+    width: int,
+    rules: RuleSet,
+    matcher: LineMatcher,
+    *,
+    year: int,
+    tb_ids: itertools.count[int],
+    ceiling: float | None,
+) -> FileResult:
+    """A paste too short to show whether a terminal wrapped it at ``width``
+    (:func:`~crashlens.ingest.unwrap.cut_width`), read both ways: joined again when that
+    reading finds more (a wrap cuts the words detectors look for), as printed otherwise."""
+    printed = parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
+    joined = parse_lines(
+        source, unwrap(lines, width), rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling
+    )
+    return joined if len(joined.hits) > len(printed.hits) else printed
 
 
 def reads_as_console(path: Path) -> bool:
