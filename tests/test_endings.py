@@ -258,3 +258,45 @@ def test_an_exception_the_interpreter_ignored_is_no_ending(tmp_path: Path) -> No
     bare = tmp_path / "bare.log"
     bare.write_text("".join(run.stderr.splitlines(True)[1:]))
     assert analyze([bare]).failed
+
+
+_EXIT_CLEANUP = """\
+import tempfile
+import weakref
+
+
+class Cache:
+    pass
+
+
+def cleanup(path: str) -> None:
+    raise OSError(39, "Directory not empty", path)
+
+
+cache = Cache()
+weakref.finalize(cache, cleanup, tempfile.gettempdir() + "/hf_datasets-x")
+print("training done", flush=True)
+"""
+
+
+def test_a_finalizer_that_fails_at_exit_is_no_ending(tmp_path: Path) -> None:
+    # A real run: a weakref finalizer (tempfile's cleanup is one) raises at interpreter exit;
+    # CPython prints its traceback with no line before it, from weakref's _exitfunc, and the
+    # exit status stays 0 (modelscope/ms-swift#3618: the same after a finished training run).
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_EXIT_CLEANUP)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert run.returncode == 0 and "in _exitfunc" in run.stderr
+    log = tmp_path / "train.log"
+    log.write_text(run.stdout + run.stderr)
+    assert not analyze([log]).failed
+    # the same error raised by the program itself ends it
+    own = tmp_path / "own.log"
+    own.write_text(
+        "Traceback (most recent call last):\n"
+        + "".join(ln for ln in run.stderr.splitlines(True)[1:] if "weakref" not in ln)
+    )
+    assert "in _exitfunc" not in own.read_text() and analyze([own]).failed

@@ -42,7 +42,9 @@ RETRY_ANNOUNCED = lazyre.compile_regex(
 #: CPython's report of an exception it cannot raise (PyErr_WriteUnraisable: "Exception
 #: ignored in: <object>", 3.13's "Exception ignored while ..." / "... on calling ..."), printed
 #: right before its traceback.
-UNRAISABLE = lazyre.compile_regex(r"\s{0,4}Exception ignored (?:in|on|while)\b")
+UNRAISABLE = lazyre.compile_regex(
+    r"\s{0,4}(?:Exception ignored (?:in|on|while)\b|Error in atexit\._run_exitfuncs:)"
+)
 STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
 #: Exceptions a launcher raises to report that a child process failed.
 LAUNCHER_EXCEPTIONS = (
@@ -215,6 +217,16 @@ class PendingHit:
     rank_override: int | None = None
 
 
+def _at_exit(tb: PartialTraceback) -> bool:
+    """Whether ``tb`` was raised by a weakref finalizer the interpreter ran at exit (its
+    outermost frame is weakref's ``_exitfunc``): CPython prints it with no line before it
+    and exits as it would have, so the program had already ended."""
+    frames = tb.exceptions[0].frames if tb.exceptions else tb.frames
+    return (
+        bool(frames) and frames[0].function == "_exitfunc" and frames[0].file.endswith("weakref.py")
+    )
+
+
 @dataclass(slots=True)
 class DoneTraceback:
     """A completed traceback and what its stream printed after it (to tell handled from fatal)."""
@@ -241,7 +253,7 @@ class DoneTraceback:
     def __post_init__(self) -> None:
         self.printed = self.tb.printed()
         self.retried = RETRY_ANNOUNCED.search(self.tb.prelude) is not None
-        self.ignored = UNRAISABLE.match(self.tb.prelude) is not None
+        self.ignored = UNRAISABLE.match(self.tb.prelude) is not None or _at_exit(self.tb)
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
