@@ -35,15 +35,24 @@ RIGHT = metamorphic.diagnosed_right(accuracy.load_cases(accuracy.CORPUS, ("tune"
 )
 def test_a_paste_keeps_the_diagnosis(transform: str, tmp_path: Path) -> None:
     assert len(RIGHT) > 300
-    assert metamorphic.changed(RIGHT, transform, RULES, tmp_path) == []
+    # om-ai-lab/VLM-R1#257 is a 116-column terminal's copy: blanks after every line make each
+    # cut line end like one padded to the width, which is not a cut (unwrap._goes_on)
+    known = {"trailing_blanks": ["om-ai-lab-vlm-r1-257"]}.get(transform, [])
+    assert metamorphic.changed(RIGHT, transform, RULES, tmp_path) == known
 
 
 def test_a_ci_servers_stamp_on_every_line_keeps_the_diagnosis(tmp_path: Path) -> None:
     # Jenkins' Timestamper: "[<ISO time>] " before every line (18 of 506 right tune cases changed
     # before it was read). The two left already carry a tool's stamp on every line, and a stamp
-    # over a stamp is not read (kubectl's RFC 3339 stamp changes the same two).
+    # over a stamp is not read (kubectl's RFC 3339 stamp changes the same two). A terminal's
+    # hard wrap under a CI server's stamps is not read as a wrap either (a stamped piece is a
+    # record of its own): om-ai-lab/VLM-R1#257.
     changed = metamorphic.changed(RIGHT, "jenkins_stamped", RULES, tmp_path)
-    assert set(changed) <= {"divamgupta-deep-clustering-kingdra-2", "project-monai-monai-4530"}
+    assert set(changed) <= {
+        "divamgupta-deep-clustering-kingdra-2",
+        "project-monai-monai-4530",
+        "om-ai-lab-vlm-r1-257",
+    }
 
 
 def test_the_rewrite_really_rewrites(tmp_path: Path) -> None:

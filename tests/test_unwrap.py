@@ -48,6 +48,18 @@ def test_cut_lines_are_joined_to_what_follows() -> None:
     assert list(unwrap([(1, "x" * 10 + "\r"), (2, "y")], 10)) == [(1, "x" * 10 + "\r" + "y")]
 
 
+def test_an_indented_paste_of_a_wrap_loses_its_margin_where_joined() -> None:
+    # a paste indented as a block: every piece a wrap cut off carries the margin too
+    pieces = [(1, "  " + "a" * 10), (2, "  " + "b" * 10), (3, "  c"), (4, "  short")]
+    assert list(unwrap(pieces, 12, "  ")) == [(1, "  " + "a" * 10 + "b" * 10 + "c"), (4, "  short")]
+    # om-ai-lab/VLM-R1#257 as posted (a 116-column terminal), pasted indented by two spaces
+    log = TUNE / "om-ai-lab-vlm-r1-257" / "console.log"
+    lines = ["  " + ln for ln in log.read_text().split("\n")]
+    assert wrap_width(lines[:200]) == 118
+    joined = [t for _, t in unwrap(enumerate(lines, 1), 118, "  ")]
+    assert any("This typically indicates a NCCL" in t for t in joined)
+
+
 def test_a_wrapped_capture_gets_the_diagnosis_of_the_original(tmp_path: Path) -> None:
     # a real run's console (the capture matrix), cut at 100 and at 120 columns as a terminal
     # would: the same cause and first rank as the file as written
@@ -134,6 +146,16 @@ def test_a_short_paste_is_not_joined_where_nothing_goes_on() -> None:
     assert cut_width(["short", "y" * 80]) is None
     assert cut_width(["a" * 40, "b" * 40]) is None  # narrower than any terminal
     assert cut_width(["w" * 80, "rest of it"]) == 80
+
+
+def test_a_coloured_record_after_the_longest_line_is_its_own() -> None:
+    # WongKinYiu/yolov7#1952 as posted, its exception line coloured as a terminal prints it:
+    # the longest line is an assert's source line, and the coloured line after it starts a
+    # record of its own
+    lines = (TUNE / "wongkinyiu-yolov7-1952" / "console.log").read_text().split("\n")
+    coloured = [f"\x1b[31m{ln}\x1b[0m" if ln.startswith("AssertionError") else ln for ln in lines]
+    assert coloured != lines
+    assert cut_width(coloured) is None
 
 
 def test_a_whole_frame_line_is_not_a_cut() -> None:

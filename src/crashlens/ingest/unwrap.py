@@ -88,6 +88,7 @@ def cut_width(lines: Iterable[str]) -> int | None:
 def _goes_on(line: str, after: str) -> bool:
     """Whether ``after`` reads as the rest of ``line`` cut at a terminal's width, not as a
     line of its own: not empty, no record, prefix, frame or box row of its own."""
+    after = _ANSI.sub("", after) if "\x1b" in after else after
     rest = after.lstrip()
     return (
         bool(rest)
@@ -102,6 +103,9 @@ def _goes_on(line: str, after: str) -> bool:
     )
 
 
+#: A terminal's colour and cursor codes: they take no column, and a coloured line that starts
+#: a record of its own still does once they are taken out.
+_ANSI = lazyre.compile_regex(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: A traceback frame line that is whole: what follows it is its source line, wherever it ends.
 _WHOLE_FRAME = lazyre.compile_regex(r'\s*File "[^"\n]+", line \d+, in \S+\s*$')
 
@@ -130,16 +134,22 @@ _OWN_LINE = lazyre.compile_regex(
 )
 
 
-def unwrap(lines: Iterable[tuple[int, str]], width: int) -> Iterator[tuple[int, str]]:
+def unwrap(
+    lines: Iterable[tuple[int, str]], width: int, margin: str = ""
+) -> Iterator[tuple[int, str]]:
     """``(lineno, text)`` with every line ``width`` long joined to the line after it (the
-    joined line keeps its first piece's number)."""
+    joined line keeps its first piece's number). ``margin``: a pasted block's indentation
+    (:attr:`~crashlens.ingest.prefixes.PrefixStyle.margin`), which the paste put before every
+    line, the pieces a wrap cut off included: a piece loses it when it is joined."""
     start: int | None = None
     pieces: list[str] = []
     for lineno, text in lines:
         if start is None:
             start = lineno
+        elif margin and text.startswith(margin):
+            text = text[len(margin) :]
         pieces.append(text)
-        if len(text.rstrip("\r")) != width:
+        if len(text.rstrip("\r")) != width - (len(margin) if len(pieces) > 1 else 0):
             yield start, "".join(pieces)
             start, pieces = None, []
     if start is not None:

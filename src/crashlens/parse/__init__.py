@@ -101,7 +101,7 @@ def parse_binary(
     if width is not None or not fast_path_ok(source, encoding, scanner):
         lines = iter_lines(stream, encoding, head=head)
         if width is not None:
-            lines = unwrap(lines, width)
+            lines = unwrap(lines, width, sniff_style(sample).margin)
         return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
     assert scanner is not None
     style = sniff_style(sample) if sample else PrefixStyle()
@@ -133,12 +133,26 @@ def _short_paste(
 ) -> FileResult:
     """A paste too short to show whether a terminal wrapped it at ``width``
     (:func:`~crashlens.ingest.unwrap.cut_width`), read both ways: joined again when that
-    reading finds more (a wrap cuts the words detectors look for), as printed otherwise."""
+    reading finds more that rules recognise (a wrap cuts the words detectors look for), as
+    printed otherwise."""
     printed = parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
+    margin = sniff_style(text for _, text in lines[:SNIFF_LINES]).margin
     joined = parse_lines(
-        source, unwrap(lines, width), rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling
+        source,
+        unwrap(lines, width, margin),
+        rules,
+        matcher,
+        year=year,
+        tb_ids=tb_ids,
+        ceiling=ceiling,
     )
-    return joined if len(joined.hits) > len(printed.hits) else printed
+
+    def named(result: FileResult) -> int:
+        # what a rule recognised: a fallback only says that something escaped or was cut
+        fallbacks = {r.id for r in rules.rules if r.fallback}
+        return sum(1 for h in result.hits if h.rule_id not in fallbacks)
+
+    return joined if named(joined) > named(printed) else printed
 
 
 def reads_as_console(path: Path) -> bool:
