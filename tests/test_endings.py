@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES
 from crashlens import analyze
 from crashlens.report import Report
@@ -300,3 +302,14 @@ def test_a_finalizer_that_fails_at_exit_is_no_ending(tmp_path: Path) -> None:
         + "".join(ln for ln in run.stderr.splitlines(True)[1:] if "weakref" not in ln)
     )
     assert "in _exitfunc" not in own.read_text() and analyze([own]).failed
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.11"])
+def test_clean_ups_the_interpreter_runs_at_exit_are_no_ending(version: str) -> None:
+    # Real runs (fixtures/exit_time): an atexit callback and a weakref finalizer fail after
+    # "training finished", each printed as the interpreter does it, and the exit status is 0
+    log = FIXTURES / "exit_time" / f"python{version}.log"
+    text = log.read_text()
+    assert "training finished" in text and "in _exitfunc" in text
+    assert ("Error in atexit._run_exitfuncs:" in text) == (version == "3.9")
+    assert not analyze([log]).failed

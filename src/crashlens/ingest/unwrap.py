@@ -75,7 +75,7 @@ def cut_width(lines: Iterable[str]) -> int | None:
     A few lines cannot show a spike of one length, so this only names a candidate: the
     longest lines' length (at least :data:`MIN_WIDTH`), when a line that long is followed by
     one that goes on with it. Whether the paste was wrapped is then told by which reading
-    finds more (:func:`crashlens.parse.parse_binary`).
+    finds more (``crashlens.parse._short_paste``).
     """
     raw = list(lines)
     width = max((len(line) for line in raw), default=0)

@@ -147,9 +147,10 @@ def _short_paste(
         ceiling=ceiling,
     )
 
+    # what a rule recognised counts; a fallback only says that something escaped or was cut
+    fallbacks = {r.id for r in rules.rules if r.fallback}
+
     def named(result: FileResult) -> int:
-        # what a rule recognised: a fallback only says that something escaped or was cut
-        fallbacks = {r.id for r in rules.rules if r.fallback}
         return sum(1 for h in result.hits if h.rule_id not in fallbacks)
 
     return joined if named(joined) > named(printed) else printed

@@ -40,8 +40,8 @@ RETRY_ANNOUNCED = lazyre.compile_regex(
     r"(?i)\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry in \d"
 )
 #: CPython's report of an exception it cannot raise (PyErr_WriteUnraisable: "Exception
-#: ignored in: <object>", 3.13's "Exception ignored while ..." / "... on calling ..."), printed
-#: right before its traceback.
+#: ignored in: <object>", 3.13's "Exception ignored while ..." / "... on calling ..."; atexit's
+#: "Error in atexit._run_exitfuncs:" before 3.10), printed right before its traceback.
 UNRAISABLE = lazyre.compile_regex(
     r"\s{0,4}(?:Exception ignored (?:in|on|while)\b|Error in atexit\._run_exitfuncs:)"
 )
