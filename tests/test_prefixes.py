@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from crashlens.ingest.prefixes import PrefixStyle, nccl_origin, sniff_style, strip
+from crashlens.ingest.prefixes import (
+    NO_PREFIX,
+    Prefix,
+    PrefixStyle,
+    nccl_origin,
+    sniff_style,
+    strip,
+)
 
 
 def test_torchrun_tee_and_excepthook_prefixes_stack() -> None:
@@ -164,8 +173,6 @@ def test_a_shells_own_report_under_a_stamp_makes_the_console_stamped() -> None:
 def test_sparse_keys_equal_a_match_at_every_line() -> None:
     # A file whose lines carry prefixes only here and there gets its keys from one search for
     # prefixes; they must be what matching at every line gives, on every layout we have.
-    from pathlib import Path
-
     from crashlens.ingest.prefixes import key_pattern
 
     root = Path(__file__).resolve().parents[1]
@@ -176,8 +183,8 @@ def test_sparse_keys_equal_a_match_at_every_line() -> None:
             data += b"\n"
         lines = data.decode("utf-8", "replace").splitlines()[:200]
         style = sniff_style(lines)
-        if style.srun or style.pdsh:
-            continue
+        if style.srun or style.pdsh or style.labelled:
+            continue  # a key is read at every line of these (PrefixKeys.every_line)
         keys = key_pattern(style)
         for block in (data, b"x\n" + data, data[data.find(b"\n") + 1 :] or b"\n"):
             first = keys._first.match(block, 0, len(block))
@@ -436,3 +443,36 @@ def test_a_stamped_blank_line_is_blank_once_its_trailing_space_is_gone() -> None
     assert text == "" and prefix.stamp == "[2022-06-18T02:31:53.944Z]"
     # a line that only starts with a date is not a stamp followed by nothing
     assert strip("2022-06-18T02:31:53Z3 items", style)[0] == "2022-06-18T02:31:53Z3 items"
+
+
+def test_a_process_label_with_its_pid_names_the_writer() -> None:
+    # skypilot-org/skypilot#5181 as posted: SkyPilot's per-node output, its rank and node;
+    # Ray's actor label (hkust-nlp/simpleRL-reason#8 as posted) names a process, its ip a node
+    root = Path(__file__).resolve().parents[1] / "corpus" / "tune"
+    lines = (root / "skypilot-org-skypilot-5181" / "console.log").read_text().splitlines()
+    style = sniff_style(lines)
+    assert style.labelled and not style.srun and not style.pdsh
+    assert strip(lines[1], style) == (
+        "bash: torchrun: command not found",
+        Prefix(rank=0, host="head", pid=1113),
+    )
+    assert strip(lines[3], style)[1] == Prefix(rank=1, host="worker1", pid=914)
+    assert strip("(RayTrainWorker pid=66693, ip=10.0.0.3) step 1", style) == (
+        "step 1",
+        Prefix(host="10.0.0.3", pid=66693),
+    )
+    ray = (root / "hkust-nlp-simplerl-reason-8" / "console.log").read_text().splitlines()
+    assert sniff_style(ray).labelled
+    # a parenthesis that is not a process label stays text
+    assert strip("(note) pid=3 was reused", style) == ("(note) pid=3 was reused", NO_PREFIX)
+    assert not sniff_style(["(a) first", "(b) second", "plain"]).labelled
+
+
+def test_a_labelled_console_names_its_ranks(tmp_path: Path) -> None:
+    from crashlens import analyze
+
+    log = Path(__file__).resolve().parents[1] / "corpus/tune/skypilot-org-skypilot-5181"
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "command-not-found"
+    first = report.first_failure
+    assert first is not None and (first.rank, first.host) == (0, "head")

@@ -26,6 +26,15 @@ _PDSH = lazyre.compile_regex(r"(?P<host>[A-Za-z][\w\-.]*)" + _NOT_EXCEPTION + r"
 _KUBECTL = lazyre.compile_regex(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")
 #: Determined's launcher (determined/launch/wrap_rank.py: ``f"[rank={rank}] {line}"``).
 _WRAP_RANK = lazyre.compile_regex(r"\[rank=(?P<n>\d+)\] ")
+#: A process label in parentheses, with its pid: Ray's worker and actor output
+#: (``(RayTrainWorker pid=1234, ip=10.0.0.2)``, ``(pid=1234)``) and SkyPilot's per-node task
+#: output (``(head, rank=0, pid=1113)``, ``(worker1, rank=1, pid=914, ip=10.0.0.2)``); the
+#: rank, when given, is the node's rank in the task.
+_LABEL_RE = (
+    r"\((?:(?P<label>[A-Za-z_][\w.\-]{0,80})(?:, | ))?(?:rank=(?P<n>\d+), )?pid=(?P<pid>\d+)"
+    r"(?:, ip=(?P<ip>[\w.:\-]{1,64}))?\) "
+)
+_LABEL = lazyre.compile_regex(_LABEL_RE)
 #: A tool's stamp: RFC 3339 or ISO 8601 as ``kubectl logs --timestamps``, ``docker logs -t`` and
 #: CI runners put it, or in brackets, as Jenkins' Timestamper does (``[2022-06-18T02:31:53.944Z]``).
 _STAMP_RE = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
@@ -93,6 +102,8 @@ class PrefixStyle:
     #: Every line of the head is followed by a blank one: a paste that doubled its line
     #: breaks (a web page's copy, CRLF read twice); the blank lines are not the log's.
     double_spaced: bool = False
+    #: Lines start with a process label in parentheses (Ray's, SkyPilot's: :data:`_LABEL`).
+    labelled: bool = False
 
 
 def sniff_style(head: Iterable[str]) -> PrefixStyle:
@@ -120,12 +131,16 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     srun = sum(1 for line in lines if _SRUN.match(line))
     hosts = Counter(m["host"] for line in lines if (m := _PDSH.match(line)))
     pdsh_hits = sum(n for host, n in hosts.items() if _looks_like_host(host))
+    # a label with a pid reads as nothing else, so a share of the lines is enough (a Ray
+    # driver's own lines come without one)
+    labelled = sum(1 for line in lines if line[:1] == "(" and _LABEL.match(line))
     return PrefixStyle(
         srun=srun >= 0.6 * len(lines),
         pdsh=pdsh_hits >= 0.6 * len(lines),
         stamped=stamped,
         margin=margin,
         double_spaced=doubled,
+        labelled=labelled >= max(2, 0.2 * len(lines)),
     )
 
 
@@ -184,24 +199,8 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
 
     rank = local_rank = None
     host = None
-    pos = 0
-    stamp = ""
-    if style.stamped:
-        m = _LEADING_STAMP.match(text)
-        if m:
-            stamp = m.group(0)
-            pos = m.end()
-    elif (text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit())) and (
-        # (no word an exception's type ends in: no final line, and no regex run)
-        "Error" in text or "Exception" in text or "Interrupt" in text or "Exit" in text
-    ):
-        # A stamp before an exception's final line is a tool's, whatever the file's other
-        # lines do (a short paste, continuation lines left unstamped): Python prints that
-        # line bare, and a logger would have put its level first.
-        m = _LEADING_STAMP.match(text)
-        if m and _BARE_EXCEPTION.match(text, m.end()):
-            stamp = m.group(0)
-            pos = m.end()
+    stamp = _tool_stamp(text, style)
+    pos = len(stamp)
     if style.pdsh:
         m = _PDSH.match(text, pos)
         if m:
@@ -212,6 +211,16 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
         m = _SRUN.match(text, pos)
         if m:
             task = int(m["n"])
+            pos = m.end()
+    pid = None
+    if style.labelled and text.startswith("(", pos):
+        m = _LABEL.match(text, pos)
+        if m:
+            rank = int(m["n"]) if m["n"] else None
+            # a rank's label names its node (SkyPilot); else the label is a process's (a Ray
+            # actor's class) and the ip names the node
+            host = (m["label"] if rank is not None else None) or m["ip"] or m["label"] or host
+            pid = int(m["pid"])
             pos = m.end()
     first = text[pos : pos + 1]
     if first == "[":
@@ -252,7 +261,25 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             # srun started a launcher per node (``srun torchrun``): its task id names that
             # node's agent, whose workers' local ranks follow; the global rank is not known.
             host = f"srun-task-{task}"
-    return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host, stamp=stamp)
+    return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host, pid=pid, stamp=stamp)
+
+
+def _tool_stamp(text: str, style: PrefixStyle) -> str:
+    """The stamp a tool put at the start of ``text`` (with its blank), or ``""``."""
+    if style.stamped:
+        m = _LEADING_STAMP.match(text)
+        return str(m.group(0)) if m else ""
+    if (text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit())) and (
+        # (no word an exception's type ends in: no final line, and no regex run)
+        "Error" in text or "Exception" in text or "Interrupt" in text or "Exit" in text
+    ):
+        # A stamp before an exception's final line is a tool's, whatever the file's other
+        # lines do (a short paste, continuation lines left unstamped): Python prints that
+        # line bare, and a logger would have put its level first.
+        m = _LEADING_STAMP.match(text)
+        if m and _BARE_EXCEPTION.match(text, m.end()):
+            return str(m.group(0))
+    return ""
 
 
 def nccl_origin(text: str) -> Prefix | None:
@@ -275,6 +302,7 @@ _B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
 # then names the same writer as strip() on the whole line.
 _B_BRACKET = rb"\[[A-Za-z_][^\]\n:]{0,40}\]:[ ]?"
 _B_WRAP_RANK = rb"\[rank=\d+\] "
+_B_LABEL = rb"(?:\([A-Za-z_][^()\n]{0,200}?\bpid=\d+(?:, ip=[\w.:\-]{1,64})?\) )?"
 _B_ANY = b"(?:" + b"|".join((_B_KUBECTL, _B_MPI, _B_BRACKET, _B_WRAP_RANK)) + b")"
 
 
@@ -302,6 +330,7 @@ class PrefixKeys:
         body = (
             (_B_PDSH if style.pdsh else b"")
             + (_B_SRUN if style.srun else b"")
+            + (_B_LABEL if style.labelled else b"")
             + b"(?:"
             + _B_KUBECTL
             + b")?(?:"
@@ -312,7 +341,7 @@ class PrefixKeys:
             + _B_WRAP_RANK
             + b")?"
         )
-        self.every_line = style.srun or style.pdsh
+        self.every_line = style.srun or style.pdsh or style.labelled
         self._first = re.compile(stamp + b"(" + body + b")")
         self._rest = re.compile(b"\n" + stamp + b"(" + body + b")")
         self._any = re.compile(b"\n" + stamp + _B_ANY)
