@@ -308,7 +308,7 @@ def test_a_finalizer_that_fails_at_exit_is_no_ending(tmp_path: Path) -> None:
 def test_clean_ups_the_interpreter_runs_at_exit_are_no_ending(version: str) -> None:
     # Real runs (fixtures/exit_time): an atexit callback and a weakref finalizer fail after
     # "training finished", each printed as the interpreter does it, and the exit status is 0
-    log = FIXTURES / "exit_time" / f"python{version}.log"
+    log = FIXTURES / "exit_time" / f"python{version}" / "train.log"
     text = log.read_text()
     assert "training finished" in text and "in _exitfunc" in text
     assert ("Error in atexit._run_exitfuncs:" in text) == (version == "3.9")

@@ -89,53 +89,39 @@ def test_a_message_cut_inside_a_word_is_read_whole_too() -> None:
     assert rejoined("a" * 70 + "\n  b") == "a" * 70 + "\n  b"
 
 
+def _cut_at_100(log: Path, tmp_path: Path) -> tuple[list[str], Path]:
+    """``log``'s lines cut at 100 columns as a terminal would, and a file that holds them."""
+    lines = log.read_text().split("\n")
+    cut = [ln[i : i + 100] for ln in lines for i in range(0, max(len(ln), 1), 100)]
+    wrapped = tmp_path / "console.log"
+    wrapped.write_text("\n".join(cut))
+    return cut, wrapped
+
+
 @pytest.mark.parametrize(
-    ("case", "rule"),
+    ("case", "rule", "candidate"),
     [
-        ("pytorch-pytorch-39832", "dist-env-missing"),  # a line detector's words, cut in two
-        ("nvidia-nccl-697", "nccl-error"),
+        # an exception's message cut in its words: read whole (rejoined)
+        ("pytorch-pytorch-39832", "dist-env-missing", None),  # a line detector's words
+        ("nvidia-nccl-697", "nccl-error", None),
+        # too few cut lines for wrap_width to tell a wrap from lines that share a length: the
+        # paste is read both ways, and joined again when that reading finds more
+        ("akegarasu-lora-scripts-132", "module-not-found", 100),  # a launcher's one line
+        ("kubernetes-sigs-jobset-603", "rendezvous-host-unresolved", 100),  # c10d's warning
+        ("zai-org-glm-4-277", "datasets-map-worker-died", 100),  # among padded progress rows
     ],
 )
 def test_a_short_paste_wrapped_at_100_keeps_its_diagnosis(
-    case: str, rule: str, tmp_path: Path
+    case: str, rule: str, candidate: int | None, tmp_path: Path
 ) -> None:
-    # real pastes too short for their width to show: the exception's line is cut at 100
-    # columns, and its rule's words with it
+    # real pastes too short for their width to show, cut at 100 columns, their rule's words
+    # with them
     (log,) = (TUNE / case).glob("*.log")
     assert analyze([log]).primary.rule_id == rule  # type: ignore[union-attr]
-    lines = log.read_text().split("\n")
-    assert wrap_width(lines) is None
-    cut = [ln[i : i + 100] for ln in lines for i in range(0, max(len(ln), 1), 100)]
-    wrapped = tmp_path / "console.log"
-    wrapped.write_text("\n".join(cut))
-    got = analyze([wrapped]).primary
-    assert got is not None and got.rule_id == rule
-
-
-@pytest.mark.parametrize(
-    ("case", "rule"),
-    [
-        # a launcher's one long line, cut where the module's name was
-        ("akegarasu-lora-scripts-132", "module-not-found"),
-        # c10d's one warning line, cut in the host name's words
-        ("kubernetes-sigs-jobset-603", "rendezvous-host-unresolved"),
-        # a datasets map traceback among padded progress rows
-        ("zai-org-glm-4-277", "datasets-map-worker-died"),
-    ],
-)
-def test_a_paste_of_a_few_lines_wrapped_at_100_is_read_joined(
-    case: str, rule: str, tmp_path: Path
-) -> None:
-    # too few cut lines for wrap_width to tell a wrap from lines that share a length: the
-    # paste is read both ways, and joined again when that reading finds more
-    (log,) = (TUNE / case).glob("*.log")
-    assert analyze([log]).primary.rule_id == rule  # type: ignore[union-attr]
-    lines = log.read_text().split("\n")
-    cut = [ln[i : i + 100] for ln in lines for i in range(0, max(len(ln), 1), 100)]
+    cut, wrapped = _cut_at_100(log, tmp_path)
     assert wrap_width(cut[:200]) is None
-    assert cut_width(cut[:200]) == 100
-    wrapped = tmp_path / "console.log"
-    wrapped.write_text("\n".join(cut))
+    if candidate is not None:
+        assert cut_width(cut[:200]) == candidate
     got = analyze([wrapped]).primary
     assert got is not None and got.rule_id == rule
 
