@@ -35,6 +35,15 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 CHUNK = 1 << 18
 #: Longest line kept; the rest of an overlong line is dropped (and marked) before parsing.
 MAX_LINE = 16 * 1024
+#: A terminal's colour, cursor and OSC sequences: markup that takes no column, not log text.
+_ANSI = lazyre.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def strip_ansi(raw: str) -> str:
+    """``raw`` without ANSI colour and OSC sequences (terminal markup, not log text)."""
+    return _ANSI.sub("", raw) if "\x1b" in raw else raw
+
+
 _TRUNCATED = " …[line truncated by crashlens]"
 
 

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from crashlens import lazyre
+from crashlens.ingest.read import strip_ansi
 
 #: Narrower than this, a wrap would cut most lines of a log: not a terminal's width.
 MIN_WIDTH = 60
@@ -88,7 +89,7 @@ def cut_width(lines: Iterable[str]) -> int | None:
 def _goes_on(line: str, after: str) -> bool:
     """Whether ``after`` reads as the rest of ``line`` cut at a terminal's width, not as a
     line of its own: not empty, no record, prefix, frame or box row of its own."""
-    after = _ANSI.sub("", after) if "\x1b" in after else after
+    after = strip_ansi(after)
     rest = after.lstrip()
     return (
         bool(rest)
@@ -103,9 +104,6 @@ def _goes_on(line: str, after: str) -> bool:
     )
 
 
-#: A terminal's colour and cursor codes: they take no column, and a coloured line that starts
-#: a record of its own still does once they are taken out.
-_ANSI = lazyre.compile_regex(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: A traceback frame line that is whole: what follows it is its source line, wherever it ends.
 _WHOLE_FRAME = lazyre.compile_regex(r'\s*File "[^"\n]+", line \d+, in \S+\s*$')
 

@@ -13,7 +13,7 @@ import itertools
 
 from crashlens import facts, lazyre
 from crashlens.ingest.prefixes import NO_PREFIX, PrefixStyle, key_pattern, nccl_origin, strip
-from crashlens.ingest.read import cap_line
+from crashlens.ingest.read import cap_line, strip_ansi
 from crashlens.model import (
     CUT_TRACEBACK,
     ChildFailure,
@@ -54,7 +54,7 @@ from crashlens.parse.state import (
     stamp_setter,
     time_setter,
 )
-from crashlens.parse.text import split_glued, strip_ansi
+from crashlens.parse.text import split_glued
 from crashlens.parse.timestamps import parse_timestamp
 from crashlens.parse.torchrun import SummaryEntry
 from crashlens.parse.traceback import PartialTraceback, Printed, ends_message

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from crashlens import lazyre
 
-_ANSI = lazyre.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _TB_GLUE = "Traceback (most recent call last):"
 #: faulthandler's header (a native crash), glued to a bar just as a traceback's can be.
 _FAULT_GLUE = "Fatal Python error: "
@@ -56,11 +55,6 @@ def glue_point(raw: str) -> int:
     if _LABELS_ONLY.fullmatch(before[:cut].lstrip(" ")):  # labels of an indented paste too
         return 0
     return cut if before[:cut].strip() else 0
-
-
-def strip_ansi(raw: str) -> str:
-    """``raw`` without ANSI colour and OSC sequences (terminal markup, not log text)."""
-    return _ANSI.sub("", raw) if "\x1b" in raw else raw
 
 
 def split_glued(raw: str) -> tuple[str, ...]:
