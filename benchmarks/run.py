@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument(
         "--startup",
         action="store_true",
-        help="time a 1 KB job against a bare `python -c pass` (medians of 11 runs) and exit",
+        help="time a 1 KB job against a bare `python -c pass` (medians of --repeat runs) and exit",
     )
     ap.add_argument(
         "--baseline",
@@ -177,7 +177,7 @@ def main() -> None:
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.startup:
-        startup(args.dir)
+        startup(args.dir, args.repeat, args.baseline)
         return
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
     if args.baseline is not None:
@@ -316,20 +316,42 @@ def _cpu_timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, 
     return wall, cpu, rss, out
 
 
-def startup(root: Path, runs: int = 11) -> None:
-    """A 1 KB job (one rank's log, a CUDA OOM traceback) against a bare interpreter start."""
+def startup(root: Path, runs: int = 11, baseline: Path | None = None) -> None:
+    """A 1 KB job (one rank's log, a CUDA OOM traceback) against a bare interpreter start.
+
+    Timed as an installed wheel runs: from the modules' bytecode caches (pip compiles them at
+    install), written by one untimed run first, whatever ``PYTHONDONTWRITEBYTECODE`` says
+    here; otherwise every run would time compiling the sources. ``baseline``: another
+    checkout's ``src`` timed the same way, its runs interleaved with this one's.
+    """
     job = root / "startup1k"
     job.mkdir(exist_ok=True)
     log = job / "rank_0.log"
     lines = [f"2024-05-01 03:14:0{i},000 INFO train: step {i} loss 1.{i:03d}\n" for i in range(8)]
     lines.append(generate.OOM.format(r=0))
     log.write_text("".join(lines))  # about 1 KB
-    bare, _, _ = median([sys.executable, "-c", "pass"], runs)
-    job_s, rss, out = median([sys.executable, "-m", "crashlens", "analyze", str(job)], runs)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    cmd = [sys.executable, "-m", "crashlens", "analyze", str(job)]
+    commands = [("`python -c pass`", [sys.executable, "-c", "pass"], env)]
+    if baseline is not None:
+        base_env = {**env, "PYTHONPATH": str(baseline.resolve())}
+        commands.append(("`crashlens analyze` (1 KB job), baseline", cmd, base_env))
+    commands.append(("`crashlens analyze` (1 KB job)", cmd, env))
+    for _, command, command_env in commands:
+        timed(command, command_env)  # writes the bytecode caches
+    samples: list[list[tuple[float, int, str]]] = [[] for _ in commands]
+    for _ in range(runs):
+        for i, (_, command, command_env) in enumerate(commands):
+            samples[i].append(timed(command, command_env))
+    bare = statistics.median(s[0] for s in samples[0])
     print("| command | median s | x `python -c pass` | peak RSS MiB |")
     print("|---|---:|---:|---:|")
-    print(f"| `python -c pass` | {bare:.3f} | 1.0 | |")
-    print(f"| `crashlens analyze` (1 KB job) | {job_s:.3f} | {job_s / bare:.1f} | {rss} |")
+    for (label, _, _), runs_of in zip(commands, samples, strict=True):
+        wall = statistics.median(s[0] for s in runs_of)
+        rss = "" if runs_of is samples[0] else str(max(s[1] for s in runs_of))
+        print(f"| {label} | {wall:.3f} | {wall / bare:.1f} | {rss} |")
+    out = samples[-1][-1][2]
     print(f"\n{out.splitlines()[0] if out else '(no output)'}")
 
 

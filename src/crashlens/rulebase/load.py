@@ -114,11 +114,14 @@ def rule_files(directory: Path) -> list[Path]:
         return [directory]
     if not directory.is_dir():
         raise RuleError("rules directory not found", path=str(directory))
-    found = [
-        p
-        for p in directory.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.name not in _NOT_RULES and p.is_file()
-    ]
+    found: list[Path] = []
+    for top, subdirs, names in os.walk(directory):
+        subdirs.sort()  # os.walk's order is the file system's; the result is sorted anyway
+        found.extend(
+            Path(top, name)
+            for name in names
+            if name.endswith((".yaml", ".yml")) and name not in _NOT_RULES
+        )
     return sorted(found)
 
 
