@@ -27,6 +27,13 @@ and ``mix512-<mix>`` (64 x 8 MB, the size of tree512);
 their table adds the share of lines that took the per-line path. Their buried failure is
 rank 37's CUDA OOM too.
 
+``--console-ratio MIXES`` times, for each mix, the ``mix128-<mix>`` tree and the
+``mixconsole100-<mix>`` console of the same 64 ranks one after the other in every repeat, and
+gives the median of each repeat's ratio of seconds per MB (console over tree): the target's
+measure, paired so that the machine's slow and fast spells fall on both::
+
+    python benchmarks/run.py --console-ratio quiet,retries,tqdm --repeat 7
+
 ``--baseline SRC`` times another checkout's ``src`` (put first on ``PYTHONPATH``) side by
 side, each repeat running grep, the baseline and this checkout one after the other: medians of
 wall and CPU seconds (user + system of the process tree), peak RSS, and whether the two JSON
@@ -170,6 +177,11 @@ def main() -> None:
         help="another checkout's src/ to time side by side (see above) instead of the usual table",
     )
     ap.add_argument(
+        "--console-ratio",
+        default="",
+        help="mixes whose console and tree are timed in pairs (seconds per MB, console / tree)",
+    )
+    ap.add_argument(
         "--differential",
         default="",
         help="layouts to also analyse line by line (slow): the report must be the same",
@@ -178,6 +190,9 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.startup:
         startup(args.dir, args.repeat, args.baseline)
+        return
+    if args.console_ratio:
+        console_ratio(args.console_ratio.split(","), args.dir, args.repeat)
         return
     layouts = [build(name, args.dir) for name in args.layouts.split(",")]
     if args.baseline is not None:
@@ -353,6 +368,47 @@ def startup(root: Path, runs: int = 11, baseline: Path | None = None) -> None:
         print(f"| {label} | {wall:.3f} | {wall / bare:.1f} | {rss} |")
     out = samples[-1][-1][2]
     print(f"\n{out.splitlines()[0] if out else '(no output)'}")
+
+
+def console_ratio(mixes: list[str], root: Path, repeat: int) -> None:
+    """``--console-ratio``: each mix's console and tree timed in pairs, from bytecode caches."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    print("| mix | tree MB | console MB | tree s | console s | tree ms/MB | console ms/MB "
+          "| console / tree (median of pairs) | same diagnosis |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for mix in mixes:
+        tree, console = build(f"mix128-{mix}", root), build(f"mixconsole100-{mix}", root)
+        sizes = [size_of(layout.path) / 1e6 for layout in (tree, console)]
+        commands = [
+            [sys.executable, "-m", "crashlens", "analyze", "-f", "json", str(layout.path)]
+            for layout in (tree, console)
+        ]
+        timed(commands[0], env)  # the bytecode caches, and the page cache
+        walls: list[list[float]] = [[], []]
+        outs = ["", ""]
+        for _ in range(repeat):
+            for i, command in enumerate(commands):
+                wall, _, outs[i] = timed(command, env)
+                walls[i].append(wall)
+        ratios = [(c / sizes[1]) / (t / sizes[0]) for t, c in zip(*walls, strict=True)]
+        verdicts = [_verdict(out) for out in outs]
+        t, c = (statistics.median(w) for w in walls)
+        print(f"| {mix} | {sizes[0]:.0f} | {sizes[1]:.0f} | {t:.2f} | {c:.2f} "
+              f"| {t / sizes[0] * 1e3:.1f} | {c / sizes[1] * 1e3:.1f} "
+              f"| {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) "
+              f"| {'yes' if verdicts[0] == verdicts[1] else 'NO'} |")  # fmt: skip
+
+
+def _verdict(out: str) -> tuple[str | None, int | None]:
+    """A JSON report's primary class and first failing rank."""
+    try:
+        data = json.loads(out)
+    except ValueError:
+        return None, None
+    causes = data.get("causes") or [{}]
+    first = data.get("first_failure") or {}
+    return causes[0].get("class"), first.get("rank")
 
 
 def per_line_share(path: Path) -> float:
