@@ -28,38 +28,44 @@ from crashlens.model import CUT_TRACEBACK, Cause, ExceptionInfo, Traceback, evid
 MESSAGE_CHARS = 200
 
 # Order matters: the longer, more specific shapes first, so a path's digits or an address's
-# numbers are replaced once as a whole.
+# numbers are replaced once as a whole. (Compiled when a signature is first asked for: a
+# report printed as text has none.)
 _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = (
     # a launcher/console prefix: "[rank3]:", "[1,0]<stderr>:", "3: ", "[default0]:"
-    (re.compile(r"^(?:\[(?:rank|default)?\d+(?:,\d+)?\](?:<std(?:err|out)>)?:\s*|\d{1,5}: )+"), ""),
+    (
+        lazyre.compile(
+            r"^(?:\[(?:rank|default)?\d+(?:,\d+)?\](?:<std(?:err|out)>)?:\s*|\d{1,5}: )+"
+        ),
+        "",
+    ),
     # times and dates: ISO 8601, "23:28:07.821", glog's "W1126 23:28:07.821000 402381"
     (
-        re.compile(
+        lazyre.compile(
             r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
         ),
         "<time>",
     ),
-    (re.compile(r"^[IWEF]\d{4} (?=\d{2}:)"), ""),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
-    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "<id>"),
-    (re.compile(r"\b[a-z][\w+.-]*://\S+", re.I), "<url>"),
+    (lazyre.compile(r"^[IWEF]\d{4} (?=\d{2}:)"), ""),
+    (lazyre.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    (lazyre.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "<id>"),
+    (lazyre.compile(r"\b[a-z][\w+.-]*://\S+", re.I), "<url>"),
     # paths, absolute or relative, POSIX or Windows: two segments or more, one with a letter
     (
-        re.compile(
+        lazyre.compile(
             r"(?<![\w.<>~-])(?=[^\s'\"]*[A-Za-z])(?:[A-Za-z]:|~)?[\w.@+~-]*(?:[\\/][\w.@+~-]+)+[\\/]?"
         ),
         "<path>",
     ),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
-    (re.compile(r"\[[0-9a-f:]{3,}\](?::\d+)?", re.I), "<ip>"),
-    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", re.I), "<hex>"),
+    (lazyre.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
+    (lazyre.compile(r"\[[0-9a-f:]{3,}\](?::\d+)?", re.I), "<ip>"),
+    (lazyre.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
+    (lazyre.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", re.I), "<hex>"),
     # host names: "gpu-node-17", "ip-10-0-3-7", "nid001234" (lower case, a hyphen or 3 digits)
-    (re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|\b[a-z]+\d{3,}\b"), "<host>"),
+    (lazyre.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|\b[a-z]+\d{3,}\b"), "<host>"),
     # numbers, also inside identifiers ("torch_3230_2255679089_0", "step_12000")
-    (re.compile(r"(?<=_)\d+|\d+(?=_)"), "<n>"),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?\b", re.I), "<n>"),
-    (re.compile(r"\s+"), " "),
+    (lazyre.compile(r"(?<=_)\d+|\d+(?=_)"), "<n>"),
+    (lazyre.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?\b", re.I), "<n>"),
+    (lazyre.compile(r"\s+"), " "),
 )
 
 
