@@ -48,15 +48,19 @@ def tiny_job(root: Path) -> Path:
 
 
 def run_analyze(job: Path, cache: Path, *args: str) -> dict[str, Any]:
-    """``crashlens analyze`` in a fresh interpreter: its exit status, stdout and the modules
-    it imported."""
+    """``crashlens analyze`` in a fresh interpreter: its exit status, stdout, the modules it
+    imported and how many of the failure signature's patterns it compiled."""
     code = (
         "import io, json, sys, contextlib\n"
+        "from crashlens import lazyre\n"
         "from crashlens.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    status = main(['analyze', {str(job)!r}, *{list(args)!r}])\n"
-        "print(json.dumps({'status': status, 'out': out.getvalue(), 'modules': sorted(sys.modules)}))\n"
+        "from crashlens.signature import _NORMALISE\n"
+        "compiled = sum(lazyre.is_compiled(p) for p, _ in _NORMALISE)\n"
+        "print(json.dumps({'status': status, 'out': out.getvalue(), 'modules': sorted(sys.modules),"
+        " 'signature_patterns': compiled}))\n"
     )
     env = {**os.environ, "CRASHLENS_CACHE_DIR": str(cache), "NO_COLOR": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(crashlens.__file__).parents[1]), str(ROOT)])
@@ -78,6 +82,7 @@ def test_a_small_analyze_imports_no_heavy_package(tmp_path: Path) -> None:
     second = run_analyze(job, cache)
     assert second["out"] == first["out"]
     assert heavy_imports(second["modules"]) == []
+    assert second["signature_patterns"] == 0  # a text report has no signature to normalise
     # the sub-commands' modules are not loaded either
     assert not {"crashlens.cli.commands", "crashlens.fleet", "crashlens.repro.cli"} & set(
         second["modules"]
@@ -91,6 +96,8 @@ def test_json_and_verbose_outputs_stay_light_too(tmp_path: Path) -> None:
         result = run_analyze(job, cache, *args)
         assert result["status"] == 1
         assert heavy_imports(result["modules"]) == [], args
+        if args == ["-f", "json"]:  # the JSON report carries each cause's signature
+            assert result["signature_patterns"] > 0
 
 
 # --- the fast path's reader and the typer command agree -----------------------------------------
