@@ -476,3 +476,27 @@ def test_a_labelled_console_names_its_ranks(tmp_path: Path) -> None:
     assert report.primary is not None and report.primary.rule_id == "command-not-found"
     first = report.first_failure
     assert first is not None and (first.rank, first.host) == (0, "head")
+
+
+def test_rays_deduplication_suffix_is_not_the_programs_text() -> None:
+    # OpenRLHF/OpenRLHF#1050 as posted: Ray's driver prints a line its workers printed alike
+    # with " [repeated 3x across cluster]" after it (the first time also with its notice)
+    fixture = Path(__file__).resolve().parents[1] / "rules/memory/cuda-oom/ray-vllm.log"
+    lines = [line for line in fixture.read_text().splitlines() if not line.startswith("#")]
+    style = sniff_style(lines)
+    assert style.labelled
+    text, prefix = strip(lines[-1], style)
+    assert text == "CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"
+    assert prefix.pid == 226426
+    notice = (
+        "(WorkerDict pid=295845) after load model cls [repeated 3x across cluster] (Ray"
+        " deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or"
+        " see https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html"
+        "#log-deduplication for more options.)"
+    )
+    assert strip(notice, style)[0] == "after load model cls"
+    # the same words inside a line, or in a log Ray did not write, are left as they are
+    inside = "(WorkerDict pid=3) [repeated 3x across cluster] is what Ray adds"
+    assert strip(inside, style)[0] == "[repeated 3x across cluster] is what Ray adds"
+    plain = sniff_style(["step 1 [repeated 3x across cluster]"] * 4)
+    assert strip("step 1 [repeated 3x across cluster]", plain)[0].endswith("across cluster]")

@@ -35,6 +35,13 @@ _LABEL_RE = (
     r"(?:, ip=(?P<ip>[\w.:\-]{1,64}))?\) "
 )
 _LABEL = lazyre.compile_regex(_LABEL_RE)
+#: What Ray's driver adds after a line its workers printed alike on several processes
+#: (python/ray/_private/ray_logging: " [repeated 3x across cluster]"), the first time with a
+#: notice of how to turn the deduplication off: not the program's text.
+_RAY_REPEATED = lazyre.compile_regex(
+    r" \[repeated \d{1,9}x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]{0,300}"
+    r"for more options\.\))?$"
+)
 #: A tool's stamp: RFC 3339 or ISO 8601 as ``kubectl logs --timestamps``, ``docker logs -t`` and
 #: CI runners put it, or in brackets, as Jenkins' Timestamper does (``[2022-06-18T02:31:53.944Z]``).
 _STAMP_RE = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
@@ -213,6 +220,8 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             task = int(m["n"])
             pos = m.end()
     pid = None
+    if style.labelled and "across cluster]" in text:
+        text = _RAY_REPEATED.sub("", text)
     if style.labelled and text.startswith("(", pos):
         m = _LABEL.match(text, pos)
         if m:
