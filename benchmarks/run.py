@@ -218,9 +218,7 @@ def main() -> None:
             [sys.executable, "-m", "crashlens", "analyze", str(layout.path), "-f", "json"],
             args.repeat,
         )
-        report = json.loads(out)
-        top = report["causes"][0]["class"] if report["causes"] else None
-        first = (report["first_failure"] or {}).get("rank")
+        top, first = _verdict(out)
         ok = top == "cuda_oom" and first == layout.oom_rank
         if not ok:
             failures.append(layout.name)
@@ -260,10 +258,18 @@ def main() -> None:
         sys.exit(f"diagnosis differs from the buried OOM on: {', '.join(failures)}")
 
 
+def bytecode_env() -> dict[str, str]:
+    """This environment, but letting Python write and read its bytecode caches: an installed
+    wheel runs from them (pip compiles them at install), so a timing must not include compiling
+    the sources on every run, whatever ``PYTHONDONTWRITEBYTECODE`` says here."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def compare(layouts: list[Layout], baseline: Path, repeat: int) -> None:
     """``--baseline``: grep, the baseline's crashlens and this one's, interleaved per repeat."""
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both run from their bytecode caches
+    env = bytecode_env()  # both run from their bytecode caches
     base_env = {**env, "PYTHONPATH": str(baseline.resolve())}
     print(
         "| layout | MB | grep -cE s | before s | after s | x grep before | x grep after "
@@ -334,10 +340,9 @@ def _cpu_timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, 
 def startup(root: Path, runs: int = 11, baseline: Path | None = None) -> None:
     """A 1 KB job (one rank's log, a CUDA OOM traceback) against a bare interpreter start.
 
-    Timed as an installed wheel runs: from the modules' bytecode caches (pip compiles them at
-    install), written by one untimed run first, whatever ``PYTHONDONTWRITEBYTECODE`` says
-    here; otherwise every run would time compiling the sources. ``baseline``: another
-    checkout's ``src`` timed the same way, its runs interleaved with this one's.
+    Timed as an installed wheel runs (:func:`bytecode_env`), the caches written by one untimed
+    run first. ``baseline``: another checkout's ``src`` timed the same way, its runs
+    interleaved with this one's.
     """
     job = root / "startup1k"
     job.mkdir(exist_ok=True)
@@ -345,8 +350,7 @@ def startup(root: Path, runs: int = 11, baseline: Path | None = None) -> None:
     lines = [f"2024-05-01 03:14:0{i},000 INFO train: step {i} loss 1.{i:03d}\n" for i in range(8)]
     lines.append(generate.OOM.format(r=0))
     log.write_text("".join(lines))  # about 1 KB
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = bytecode_env()
     cmd = [sys.executable, "-m", "crashlens", "analyze", str(job)]
     commands = [("`python -c pass`", [sys.executable, "-c", "pass"], env)]
     if baseline is not None:
@@ -372,8 +376,7 @@ def startup(root: Path, runs: int = 11, baseline: Path | None = None) -> None:
 
 def console_ratio(mixes: list[str], root: Path, repeat: int) -> None:
     """``--console-ratio``: each mix's console and tree timed in pairs, from bytecode caches."""
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = bytecode_env()
     print("| mix | tree MB | console MB | tree s | console s | tree ms/MB | console ms/MB "
           "| console / tree (median of pairs) | same diagnosis |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")

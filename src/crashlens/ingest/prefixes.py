@@ -220,10 +220,10 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             task = int(m["n"])
             pos = m.end()
     pid = None
-    if style.labelled and "across cluster]" in text:
-        text = _RAY_REPEATED.sub("", text)
-    if style.labelled and text.startswith("(", pos):
-        m = _LABEL.match(text, pos)
+    if style.labelled:
+        if "across cluster]" in text:
+            text = _RAY_REPEATED.sub("", text)
+        m = _LABEL.match(text, pos) if text.startswith("(", pos) else None
         if m:
             rank = int(m["n"]) if m["n"] else None
             # a rank's label names its node (SkyPilot); else the label is a process's (a Ray
