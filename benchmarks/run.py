@@ -217,6 +217,7 @@ def main() -> None:
         c_wall, c_rss, out = median(
             [sys.executable, "-m", "crashlens", "analyze", str(layout.path), "-f", "json"],
             args.repeat,
+            bytecode_env(),
         )
         top, first = _verdict(out)
         ok = top == "cuda_oom" and first == layout.oom_rank
