@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from itertools import chain
 from typing import Protocol
 
@@ -358,10 +359,7 @@ class FastPath:
         for repeat in repeats:
             n = len(repeat.texts)
             lines = mine[first : first + n]
-            if len(lines) == n and all(
-                block[ends[j - 1] + 1 : ends[j]] == raw
-                for j, raw in zip(lines, repeat.lines[1:], strict=True)
-            ):
+            if len(lines) == n and _same_lines(block, ends, lines, repeat.lines):
                 return repeat, lines
         return None
 
@@ -586,3 +584,15 @@ class FastPath:
         picked.sort()
         tail = numbered(self._block, keys.ends(), self._base, picked[-RING:])
         stream.ring.extend_raw(tail, self.parser.style)
+
+
+def _same_lines(
+    block: bytes, ends: Sequence[int], lines: Sequence[int], raws: Sequence[bytes]
+) -> bool:
+    """Whether block lines ``lines`` (newlines at ``ends``) are ``raws[1:]``, byte for byte:
+    compared in place, without cutting each line out of the block."""
+    for j, raw in zip(lines, raws[1:], strict=True):
+        start = ends[j - 1] + 1
+        if ends[j] - start != len(raw) or not block.startswith(raw, start):
+            return False
+    return True
