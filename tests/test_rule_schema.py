@@ -132,3 +132,15 @@ def test_the_docs_show_every_field_of_the_format() -> None:
     condition = set(SCHEMA["$defs"]["condition"]["properties"])
     assert detector | condition <= nested, (detector | condition) - nested
     assert "facts:" in docs  # fact-only rules have their own section
+
+
+def test_rule_files_are_the_yaml_files_beside_fixture_folders(tmp_path: Path) -> None:
+    # rules/<area>/<id>.yaml with its fixtures in rules/<area>/<id>/: a YAML file in a rule's
+    # fixture folder is a fixture, not a rule; a folder of rules nested deeper still counts
+    (tmp_path / "env" / "my-rule").mkdir(parents=True)
+    (tmp_path / "env" / "my-rule.yaml").write_text("id: my-rule\n")
+    (tmp_path / "env" / "my-rule" / "config-as-posted.yaml").write_text("lr: 1\n")
+    (tmp_path / "env" / "extra").mkdir()
+    (tmp_path / "env" / "extra" / "other-rule.yml").write_text("id: other-rule\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in rule_files(tmp_path)]
+    assert found == ["env/extra/other-rule.yml", "env/my-rule.yaml"]
