@@ -28,6 +28,7 @@ import hashlib
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import yaml
 
 from crashlens import analyze
 from crashlens.model import CAUSE_CLASSES
+from crashlens.report import Report
 from crashlens.rulebase import RuleSet, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +126,11 @@ def load_cases(corpus: Path = CORPUS, parts: tuple[str, ...] = PARTS) -> list[Ca
 
 def evaluate(case: Case, rules: RuleSet) -> Outcome:
     """Analyse one case as the CLI would and score it against its label."""
-    report = analyze([case.path], rules)
+    return score(case, analyze([case.path], rules))
+
+
+def score(case: Case, report: Report) -> Outcome:
+    """Score one case's report (``analyze`` of its folder) against its label."""
     exit_code = 1 if report.failed else 0  # the CLI's default (--fail-on info)
     predicted = tuple(c.match.rule.cls for c in report.causes)
     right = {case.cause, *case.acceptable}
@@ -193,13 +199,19 @@ def _frac(k: int, n: int) -> float:
 ROWS = (*PARTS, "validation (unseen)", "all")
 
 
-def run(corpus: Path = CORPUS) -> dict[str, Any]:
+def run(corpus: Path = CORPUS, report_of: Callable[[Case], Report] | None = None) -> dict[str, Any]:
     """Evaluate every part; the result has ``outcomes``, ``summary`` and ``classes`` per part,
-    and the summaries of the unseen validation cases and of everything."""
-    rules = load_rules()
+    and the summaries of the unseen validation cases and of everything. ``report_of``: each
+    case's report when the caller has them already (else each case is analysed here)."""
+    if report_of is None:
+        rules = load_rules()
+
+        def report_of(case: Case) -> Report:
+            return analyze([case.path], rules)
+
     out: dict[str, Any] = {}
     for part in PARTS:
-        outcomes = [evaluate(c, rules) for c in load_cases(corpus, (part,))]
+        outcomes = [score(c, report_of(c)) for c in load_cases(corpus, (part,))]
         out[part] = {
             "summary": summarize(outcomes),
             "classes": per_class(outcomes),

@@ -21,6 +21,8 @@ import yaml
 
 from crashlens import analyze
 from crashlens.render import render
+from crashlens.report import Report
+from crashlens.rulebase import load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus"
@@ -41,8 +43,16 @@ CASES = accuracy.load_cases(CORPUS)
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, Any]:
-    return accuracy.run(CORPUS)
+def reports() -> dict[str, Report]:
+    """Every case analysed once, with the bundled rules loaded once: the figures and the
+    per-case checks below read the same reports."""
+    rules = load_rules()
+    return {case.id: analyze([case.path], rules) for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def results(reports: dict[str, Report]) -> dict[str, Any]:
+    return accuracy.run(CORPUS, report_of=lambda case: reports[case.id])
 
 
 def test_the_corpus_has_the_promised_shape() -> None:
@@ -90,8 +100,8 @@ def test_no_crashed_job_exits_0_and_no_healthy_job_exits_1(results: dict[str, An
 @pytest.mark.parametrize(
     "case", [c for c in CASES if c.cause != "none"], ids=lambda c: f"{c.part}/{c.id}"
 )
-def test_a_crashed_job_never_reads_no_failure_found(case: Any) -> None:
-    report = analyze([case.path])
+def test_a_crashed_job_never_reads_no_failure_found(case: Any, reports: dict[str, Report]) -> None:
+    report = reports[case.id]
     text = render(report, "text", color=False, width=100)
     assert report.failed
     assert "No failure found" not in text
