@@ -229,3 +229,23 @@ def test_progress_advances_while_one_big_file_is_read(tmp_path: Path) -> None:
     )
     assert len(told) >= 3  # one per 2 MB block, not one at the end
     assert sum(told) == path.stat().st_size
+
+
+def test_re2_holds_the_bundled_rules_literals_in_its_dfa(capfd: pytest.CaptureFixture[str]) -> None:
+    """Without Hyperscan (a plain ``pip install crashlens``) RE2 scans for the rules' literals:
+    its automaton must fit its memory budget, or RE2 falls back to a search a thousand times
+    slower and logs "DFA out of memory" to the terminal on every block."""
+    from crashlens.parse import scanner_for
+    from crashlens.session import Session
+
+    if "re2" not in available_backends():
+        pytest.skip("google-re2 is not installed")
+    base = scanner_for(Session.configured().matcher)
+    assert base is not None
+    # every fixture log once, in one block: the varied text a job's lines walk the DFA through
+    block = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(FIXTURES.rglob("*.log")))
+    assert len(block) > 1_000_000
+    capfd.readouterr()
+    found = TriggerScanner(*base.literals, backend="re2").line_starts(block)
+    assert "DFA out of memory" not in capfd.readouterr().err
+    assert found == TriggerScanner(*base.literals, backend="re").line_starts(block)
