@@ -233,7 +233,7 @@ def test_progress_advances_while_one_big_file_is_read(tmp_path: Path) -> None:
 
 def test_re2_holds_the_bundled_rules_literals_in_its_dfa(capfd: pytest.CaptureFixture[str]) -> None:
     """Without Hyperscan (a plain ``pip install crashlens``) RE2 scans for the rules' literals:
-    its automaton must fit its memory budget, or RE2 falls back to a search a thousand times
+    its automaton must fit its memory budget, or RE2 falls back to a search hundreds of times
     slower and logs "DFA out of memory" to the terminal on every block."""
     from crashlens.parse import scanner_for
     from crashlens.session import Session

@@ -55,10 +55,12 @@ BACKENDS = ("hyperscan", "re2", "re")
 #: about what compiling the engine's database costs (some milliseconds), so a small job never
 #: compiles it and a big one compiles it at once.
 SMALL_BLOCK = 16 * 1024
-#: RE2's memory budget for the literal set's automaton (its default, 8 MB, is too small for
-#: the bundled rules' literals: tests/test_fast_path.py checks the DFA fits).
-RE2_MAX_MEM = 128 * 1024 * 1024
 FIND_BUDGET = 8_000_000
+#: RE2's memory budget for the literal set's automaton, a cap (the DFA takes what the scanned
+#: text visits). Its default, 8 MB, no longer holds the bundled rules' ~600 literals: RE2 then
+#: falls back to its NFA, hundreds of times slower, and logs "DFA out of memory" on every
+#: search (tests/test_fast_path.py checks the DFA fits).
+RE2_MAX_MEM = 128 * 1024 * 1024
 
 
 @functools.cache
@@ -119,10 +121,6 @@ class TriggerScanner:
             parts += [f"(?i:{re.escape(lit)})" for lit in folded]
             pattern = "|".join(parts).encode("utf-8")
             if self.backend == "re2":
-                # RE2's DFA for the alternation of every rule's literals needs more than the
-                # default 8 MB once there are some 600 of them: past its budget RE2 falls back
-                # to its NFA, a thousand times slower, and logs "DFA out of memory" on every
-                # search. The budget is a cap; the DFA takes what the scanned text visits.
                 options = module.Options()
                 options.max_mem = RE2_MAX_MEM
                 self.pattern = module.compile(pattern, options)
