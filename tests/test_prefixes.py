@@ -373,6 +373,8 @@ def test_a_consoles_keys_read_with_numpy_are_the_regexs(monkeypatch: pytest.Monk
         found = index.dense_ids(block, keys)
         assert found is not None
         assert (list(found[0]), found[1]) == _regex_ids(keys, block), lines
+        # and the newline offsets the parser's process takes instead of scanning again
+        assert list(found[2]) == [i for i, byte in enumerate(block) if byte == 10]
 
 
 def test_a_console_is_told_from_its_head() -> None:
@@ -500,3 +502,29 @@ def test_rays_deduplication_suffix_is_not_the_programs_text() -> None:
     assert strip(inside, style)[0] == "[repeated 3x across cluster] is what Ray adds"
     plain = sniff_style(["step 1 [repeated 3x across cluster]"] * 4)
     assert strip("step 1 [repeated 3x across cluster]", plain)[0].endswith("across cluster]")
+
+
+def test_a_remembered_tag_reads_as_its_regex_reads_it() -> None:
+    # strip reads each "[role<n>]:" tag by its regex once and then looks it up: every tag,
+    # at every position, near-misses and over-long ones included, reads as the regex does.
+    import random
+
+    from crashlens.ingest import prefixes
+
+    rng = random.Random(3)
+    alphabet = ["[", "]", ":", " ", "rank", "default", "1", "23", "x", "-", "_", "=", "\u00e9"]
+    texts = [
+        "[rank36]: x",
+        "[default1]:[rank5]: y",
+        "[rank1]:",
+        "[rank1]: ",
+        "[E501 12:00:00] z",
+        "[" + "a" * 70 + "1]: far",
+        "[" + "a" * 58 + "1]: near",
+    ]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(4000)]
+    for text in texts * 2:  # the second time from the memo
+        for pos in range(len(text)):
+            m = prefixes._BRACKET.match(text, pos)
+            want = None if m is None else (m["role"], int(m["n"]), m.end())
+            assert prefixes._bracket(text, pos) == want, (text, pos)

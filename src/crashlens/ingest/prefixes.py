@@ -248,14 +248,15 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
                 # its ": message" apart: ``RuntimeError[1,19]<stderr>:: NCCL ...``
                 text = text[:pos] + text[pos:].replace(tag, "")
         # Prefixes stack: ``[default1]:[rank5]: ...`` names the local and the global rank.
-        while (m := _BRACKET.match(text, pos)) is not None:
-            if m["role"] == "rank":
-                rank = int(m["n"])
-            elif m["role"] in ("E", "W", "I", "F"):
+        while (bracket := _bracket(text, pos)) is not None:
+            role, n, end = bracket
+            if role == "rank":
+                rank = n
+            elif role in ("E", "W", "I", "F"):
                 break
             else:
-                local_rank = int(m["n"])
-            pos = m.end()
+                local_rank = n
+            pos = end
         m = _WRAP_RANK.match(text, pos) if text.startswith("[rank=", pos) else None
         if m:
             rank = int(m["n"])
@@ -270,7 +271,53 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             # srun started a launcher per node (``srun torchrun``): its task id names that
             # node's agent, whose workers' local ranks follow; the global rank is not known.
             host = f"srun-task-{task}"
-    return text[pos:], Prefix(rank=rank, local_rank=local_rank, host=host, pid=pid, stamp=stamp)
+    return text[pos:], _prefix(rank, local_rank, host, pid, stamp)
+
+
+#: What :func:`_bracket` read of each tag it has seen (None: not a launcher's tag), and the
+#: prefixes :func:`strip` has built: a job's lines carry a handful of tags, read once each.
+_TAGS: dict[str, tuple[str, int] | None] = {}
+_PREFIXES: dict[tuple[int | None, int | None, str | None, int | None, str], Prefix] = {}
+#: Past this many entries a memo starts over (a file of ever-new tags costs a regex each).
+_MEMO_CAP = 4096
+#: How far :func:`_bracket` looks for a tag's end.
+_TAG_WINDOW = 64
+
+
+def _bracket(text: str, pos: int) -> tuple[str, int, int] | None:
+    """The ``[role<n>]:`` tag at ``pos`` of ``text`` (:data:`_BRACKET`'s match there), as its
+    role, number and end; the tag is read by its regex once and then looked up."""
+    close = text.find("]:", pos, pos + _TAG_WINDOW)
+    if close < 0:  # no tag, or one too long to remember
+        m = _BRACKET.match(text, pos)
+        return None if m is None else (m["role"], int(m["n"]), m.end())
+    end = close + 3 if text.startswith(" ", close + 2) else close + 2
+    tag = text[pos:end]
+    try:
+        known = _TAGS[tag]
+    except KeyError:
+        # (the regex cannot match past the first "]:", nor stop before it)
+        m = _BRACKET.fullmatch(tag)
+        known = (m["role"], int(m["n"])) if m else None
+        if len(_TAGS) >= _MEMO_CAP:
+            _TAGS.clear()
+        _TAGS[tag] = known
+    return None if known is None else (known[0], known[1], end)
+
+
+def _prefix(
+    rank: int | None, local_rank: int | None, host: str | None, pid: int | None, stamp: str
+) -> Prefix:
+    """A :class:`Prefix` of these fields, shared by every line that has them (it is frozen)."""
+    key = (rank, local_rank, host, pid, stamp)
+    found = _PREFIXES.get(key)
+    if found is None:
+        if len(_PREFIXES) >= _MEMO_CAP:
+            _PREFIXES.clear()
+        found = _PREFIXES[key] = Prefix(
+            rank=rank, local_rank=local_rank, host=host, pid=pid, stamp=stamp
+        )
+    return found
 
 
 def _tool_stamp(text: str, style: PrefixStyle) -> str:

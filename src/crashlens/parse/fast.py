@@ -144,7 +144,7 @@ class FastPath:
         for i, stream in enumerate(self._streams):
             self._key_ids.setdefault(id(stream), []).append(i)
         self._keys = index.keys
-        self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING)
+        self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING, index.ends)
 
     def _end_block(self) -> None:
         if self.pending:
@@ -544,7 +544,7 @@ class FastPath:
         if id(stream) in self.pending:
             self._take_tail(stream, lineno - 1 - self._base)
 
-    def _end_list(self) -> list[int]:
+    def _end_list(self) -> Sequence[int]:
         """Offsets of the current block's newlines (line ``j`` ends at ``ends[j]``)."""
         assert self._bk is not None
         return self._bk.ends()

@@ -35,6 +35,9 @@ class BlockIndex:
     key_table: tuple[bytes, ...] = ()
     #: Where the block's first NCCL line's `` NCCL `` is (-1: it has none; None: not known).
     nccl: int | None = None
+    #: Offsets of the block's newlines, when indexing found them (a dense console's): the
+    #: parser's process then need not scan the block for them again.
+    ends: array[int] | None = None
 
 
 #: What the scanner reports the first of, besides the triggers (see :func:`scanner_markers`).
@@ -72,7 +75,10 @@ def index_block(block: bytes, scanner: TriggerScanner, prefixes: PrefixKeys) -> 
     if lines > DENSE_LINES and prefixes.bracketed and prefixes.dense(block, 0, len(block)):
         dense = dense_ids(block, prefixes)
         if dense is not None:
-            return BlockIndex(lines, tuple(starts), tuple(trigger_lines), *dense, nccl)
+            ids, key_table, ends = dense
+            return BlockIndex(
+                lines, tuple(starts), tuple(trigger_lines), ids, key_table, nccl, ends
+            )
     keys = prefixes.keys(block, 0, len(block), lines, mark)
     table = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     ids = array("I", map(table.__getitem__, keys))
@@ -89,13 +95,16 @@ KEY_WINDOW = 16
 DENSE_FALLBACK_SHARE = 0.1
 
 
-def dense_ids(block: bytes, prefixes: PrefixKeys) -> tuple[array[int], tuple[bytes, ...]] | None:
+def dense_ids(
+    block: bytes, prefixes: PrefixKeys
+) -> tuple[array[int], tuple[bytes, ...], array[int]] | None:
     """The key id of each line of ``block`` and the distinct keys (``b""``: no prefix), as
     :meth:`PrefixKeys.keys` reads them, for a combined console whose prefixes are the
     launchers' ``[name]:`` (``prefixes.bracketed``): vectorised over the first
     :data:`KEY_WINDOW` bytes of every line, about three times faster than a regex match per
     line. The lines it cannot settle in those bytes (a longer key, a second prefix after the
-    first, kubectl's or Open MPI's tags) are read by the regex; None when too many are."""
+    first, kubectl's or Open MPI's tags) are read by the regex; None when too many are. The
+    block's newline offsets come with them (:attr:`BlockIndex.ends`)."""
     np: Any = importlib.import_module("numpy")
     w = KEY_WINDOW
     arr = np.frombuffer(block, dtype=np.uint8)
@@ -160,7 +169,7 @@ def dense_ids(block: bytes, prefixes: PrefixKeys) -> tuple[array[int], tuple[byt
     table = list(index)
     ids = renumber[ids]
     table = [table[i] for i in order.tolist()]
-    return array("I", ids.tobytes()), tuple(table)
+    return array("I", ids.tobytes()), tuple(table), array("I", ends.astype(np.uint32).tobytes())
 
 
 #: Blocks this big count their lines with numpy once it is loaded (a big interleaved block

@@ -11,17 +11,28 @@ from __future__ import annotations
 import importlib
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Any
 
 #: Blocks of up to this many lines use lists; bigger ones numpy.
 SMALL_LINES = 4096
 
 
-def block_keys(keys: array[int], lines: int, block: bytes, writers: int, ring: int) -> BlockKeys:
+def block_keys(
+    keys: array[int],
+    lines: int,
+    block: bytes,
+    writers: int,
+    ring: int,
+    ends: Sequence[int] | None = None,
+) -> BlockKeys:
     """The key ids of ``block`` (``lines`` lines, ``writers`` distinct keys); ``ring`` is how
-    many of a writer's last quiet lines :meth:`BlockKeys.tail` keeps."""
+    many of a writer's last quiet lines :meth:`BlockKeys.tail` keeps; ``ends``: the block's
+    newline offsets, when known already."""
     small = lines <= SMALL_LINES
-    return (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring)
+    held = (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring)
+    held._ends = ends
+    return held
 
 
 class BlockKeys:
@@ -32,6 +43,7 @@ class BlockKeys:
         self.block = block
         self.writers = writers
         self.ring = ring
+        self._ends: Sequence[int] | None = None
 
     def counts(self, line: int, stop: int) -> list[int]:
         """Lines of each key id among lines ``[line, stop)``."""
@@ -70,7 +82,7 @@ class BlockKeys:
         ``firsts[i]`` is negative (not wanted)."""
         return [self.tail(i, first, None) if first >= 0 else [] for i, first in enumerate(firsts)]
 
-    def ends(self) -> list[int]:
+    def ends(self) -> Sequence[int]:
         """Offsets of the block's newlines: line ``j`` ends at ``ends()[j]``."""
         raise NotImplementedError
 
@@ -86,7 +98,6 @@ class ListKeys(BlockKeys):
         super().__init__(block, writers, ring)
         self.ids: list[int] = keys.tolist()
         self.skimmed = bytearray(lines)
-        self._ends: list[int] | None = None
         self._by_key: tuple[list[int], list[int]] | None = None
 
     def counts(self, line: int, stop: int) -> list[int]:
@@ -112,7 +123,7 @@ class ListKeys(BlockKeys):
         skimmed = self.skimmed
         return [j for j in lines if skimmed[j]]
 
-    def ends(self) -> list[int]:
+    def ends(self) -> Sequence[int]:
         if self._ends is None:
             block, ends = self.block, []
             at = block.find(b"\n")
@@ -156,7 +167,6 @@ class NumpyKeys(BlockKeys):
         self.np: Any = importlib.import_module("numpy")
         self.ids = self.np.frombuffer(keys, dtype=self.np.uint32)
         self.skimmed = self.np.zeros(lines, dtype=bool)
-        self._ends: Any = None
         self._by_key: Any = None
 
     def counts(self, line: int, stop: int) -> list[int]:
@@ -190,12 +200,11 @@ class NumpyKeys(BlockKeys):
         picked: list[int] = at[self.skimmed[at]].tolist()
         return picked
 
-    def ends(self) -> list[int]:
+    def ends(self) -> Sequence[int]:
         if self._ends is None:
             np = self.np
             self._ends = np.flatnonzero(np.frombuffer(self.block, dtype=np.uint8) == 10).tolist()
-        ends: list[int] = self._ends
-        return ends
+        return self._ends
 
     def span(self, j: int) -> tuple[int, int]:
         ends = self.ends()
