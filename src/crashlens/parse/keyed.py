@@ -213,7 +213,10 @@ class NumpyKeys(BlockKeys):
     def _key_order(self) -> Any:
         if self._by_key is None:
             np = self.np
-            order = np.argsort(self.ids, kind="stable")
+            ids = self.ids
+            if self.writers <= 1 << 16:
+                ids = ids.astype(np.uint16)  # numpy sorts 16-bit keys by radix, ten times faster
+            order = np.argsort(ids, kind="stable")
             bounds = np.searchsorted(self.ids[order], np.arange(self.writers + 1))
             self._by_key = (order, bounds)
         return self._by_key
