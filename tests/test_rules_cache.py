@@ -64,3 +64,30 @@ def test_a_damaged_or_unwritable_cache_is_ignored(
     blocker.write_text("")
     monkeypatch.setenv("CRASHLENS_CACHE_DIR", str(blocker / "cache"))
     assert _summary(loader.load_rules()) == want
+
+
+def test_a_cache_directory_keeps_only_the_newest_caches(
+    bundle: Path, tmp_path: Path, monkeypatch
+) -> None:
+    # Every edit of a rule file writes a new cache; the old ones go, the newest stay, and
+    # nothing else in the directory is touched.
+    import os
+
+    where = tmp_path / "cache"
+    where.mkdir()
+    other = where / "notes.txt"
+    other.write_text("mine")
+    old = []
+    for i in range(loader.KEEP_CACHES + 3):
+        stale = where / f"rules-{i:024d}.json"
+        stale.write_text("{}")
+        os.utime(stale, (1_000_000 + i, 1_000_000 + i))
+        old.append(stale)
+    loader.load_rules()  # a miss: parses, writes, prunes
+    kept = sorted(where.glob("rules-*.json"))
+    assert len(kept) == loader.KEEP_CACHES
+    newest = max(kept, key=lambda p: p.stat().st_mtime)
+    assert newest not in old  # the cache just written
+    assert set(kept) - {newest} == set(old[-(loader.KEEP_CACHES - 1) :])
+    assert other.read_text() == "mine"
+    assert _summary(loader.load_rules()) == _summary(loader.load_rules())  # and it is served

@@ -317,7 +317,28 @@ def _cached_bundle(
         os.replace(tmp, cache)
     except (OSError, TypeError, ValueError):
         pass  # a read-only home: parse every time
+    else:
+        _prune_cache(where)
     return {names[rel]: data for rel, data in parsed.items()}, learned
+
+
+#: How many rule caches a cache directory keeps (one per rule base and crashlens version
+#: in use: several virtual environments may share it); the least recently written go.
+KEEP_CACHES = 8
+
+
+def _prune_cache(where: Path) -> None:
+    """Remove all but the :data:`KEEP_CACHES` newest rule caches of ``where`` (each edit of a
+    rule file writes a new one): the directory stays small however often rules change. Only
+    the cache's own files are touched; one that cannot be removed stays."""
+    held: list[tuple[float, Path]] = []
+    for path in where.glob("rules-*.json"):
+        with contextlib.suppress(OSError):
+            held.append((path.stat().st_mtime, path))
+    held.sort(reverse=True)
+    for _, path in held[KEEP_CACHES:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _parse_bundle(names: dict[str, str]) -> dict[str, Any] | None:
