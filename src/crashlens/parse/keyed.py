@@ -30,20 +30,20 @@ def block_keys(
     many of a writer's last quiet lines :meth:`BlockKeys.tail` keeps; ``ends``: the block's
     newline offsets, when known already."""
     small = lines <= SMALL_LINES
-    held = (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring)
-    held._ends = ends
-    return held
+    return (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring, ends)
 
 
 class BlockKeys:
     """Per line of a block: its writer's key id, and whether it was skimmed (accounted for
     without being parsed)."""
 
-    def __init__(self, block: bytes, writers: int, ring: int) -> None:
+    def __init__(
+        self, block: bytes, writers: int, ring: int, ends: Sequence[int] | None = None
+    ) -> None:
         self.block = block
         self.writers = writers
         self.ring = ring
-        self._ends: Sequence[int] | None = None
+        self._ends = ends
 
     def counts(self, line: int, stop: int) -> list[int]:
         """Lines of each key id among lines ``[line, stop)``."""
@@ -94,8 +94,16 @@ class BlockKeys:
 class ListKeys(BlockKeys):
     """:class:`BlockKeys` on lists (small blocks)."""
 
-    def __init__(self, keys: array[int], lines: int, block: bytes, writers: int, ring: int):
-        super().__init__(block, writers, ring)
+    def __init__(
+        self,
+        keys: array[int],
+        lines: int,
+        block: bytes,
+        writers: int,
+        ring: int,
+        ends: Sequence[int] | None = None,
+    ):
+        super().__init__(block, writers, ring, ends)
         self.ids: list[int] = keys.tolist()
         self.skimmed = bytearray(lines)
         self._by_key: tuple[list[int], list[int]] | None = None
@@ -162,8 +170,16 @@ class ListKeys(BlockKeys):
 class NumpyKeys(BlockKeys):
     """:class:`BlockKeys` on numpy arrays (big blocks; numpy is imported for the first)."""
 
-    def __init__(self, keys: array[int], lines: int, block: bytes, writers: int, ring: int):
-        super().__init__(block, writers, ring)
+    def __init__(
+        self,
+        keys: array[int],
+        lines: int,
+        block: bytes,
+        writers: int,
+        ring: int,
+        ends: Sequence[int] | None = None,
+    ):
+        super().__init__(block, writers, ring, ends)
         self.np: Any = importlib.import_module("numpy")
         self.ids = self.np.frombuffer(keys, dtype=self.np.uint32)
         self.skimmed = self.np.zeros(lines, dtype=bool)
