@@ -114,3 +114,22 @@ def test_every_bundled_remediation_degrades_to_sentences() -> None:
     broken = Rule(**{**{f: getattr(rule, f) for f in rule.__dataclass_fields__},
                      "remediation": "{size} could not be allocated; or {hint}."})  # fmt: skip
     assert list(remediation_fragments(broken))
+
+
+def test_causes_that_explain_each_other_get_a_root_whatever_else_the_job_shows() -> None:
+    # A real run (fixtures/captured/dataloader_worker_segfault/python-fd-race): a DataLoader
+    # worker segfaults while the main process takes a batch's file descriptor from it. The
+    # worker's death and the fd-sharing failure explain each other; a third finding that
+    # nothing explains (the main process's lost print) used to leave that pair without a
+    # root, and the later finding, "too many open files", ranked first.
+    from pathlib import Path
+
+    from crashlens import analyze
+
+    capture = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
+    report = analyze([capture / "dataloader_worker_segfault" / "python-fd-race"])
+    assert report.primary is not None
+    assert report.primary.rule_id == "dataloader-worker-killed"
+    assert "too-many-open-files" in {e.rule_id for e in report.primary.explains}
+    assert "too-many-open-files" not in {c.rule_id for c in report.causes}
+    assert "exception-print-lost" in {c.rule_id for c in report.causes}

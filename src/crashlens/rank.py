@@ -316,16 +316,20 @@ def attribute_symptoms(causes: list[Cause], symptoms: list[Cause]) -> set[str]:
     """Attach every finding some cause explains to its root cause; return the absorbed ids.
 
     Explanation is transitive (an OOM kill explains "worker killed", which explains "worker
-    exited"), so each root collects everything reachable from it. When two causes explain
-    each other, the earlier one is the root.
+    exited"), so each root collects everything reachable from it. When causes explain each
+    other and no other cause explains any of them, the earliest of them is a root too
+    (whatever else the job shows).
     """
     everything = [*causes, *symptoms]
     edges = {id(c): [o for o in everything if o is not c and _explains(c, o)] for c in causes}
     explained_by = {id(o) for c in causes for o in edges[id(c)]}
     ordered = sorted(causes, key=lambda c: (_time_key(c.first_seen), -c.match.rule.weight))
     roots = [c for c in ordered if id(c) not in explained_by]
-    if not roots and ordered:
-        roots = [ordered[0]]
+    reached = _reachable(roots, edges)
+    for c in ordered:
+        if id(c) not in reached:  # the earliest of causes that only explain each other
+            roots.append(c)
+            reached |= _reachable([c], edges)
     absorbed: set[str] = set()
     for root in roots:
         queue = list(edges[id(root)])
@@ -337,6 +341,18 @@ def attribute_symptoms(causes: list[Cause], symptoms: list[Cause]) -> set[str]:
             root.explains.append(_explained(other.match))
             queue.extend(edges.get(id(other), []))
     return absorbed
+
+
+def _reachable(starts: list[Cause], edges: dict[int, list[Cause]]) -> set[int]:
+    """The findings (by id) that ``starts`` explain, directly or through others, and ``starts``."""
+    seen = {id(c) for c in starts}
+    queue = list(starts)
+    while queue:
+        for other in edges.get(id(queue.pop()), []):
+            if id(other) not in seen:
+                seen.add(id(other))
+                queue.append(other)
+    return seen
 
 
 def _explains(cause: Cause, other: Cause) -> bool:
