@@ -287,6 +287,8 @@ _TAG_WINDOW = 64
 def _bracket(text: str, pos: int) -> tuple[str, int, int] | None:
     """The ``[role<n>]:`` tag at ``pos`` of ``text`` (:data:`_BRACKET`'s match there), as its
     role, number and end; the tag is read by its regex once and then looked up."""
+    if not text.startswith("[", pos):
+        return None
     close = text.find("]:", pos, pos + _TAG_WINDOW)
     if close < 0:  # no tag, or one too long to remember
         m = _BRACKET.match(text, pos)
