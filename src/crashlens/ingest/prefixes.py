@@ -7,6 +7,7 @@ else lets every later stage work per rank, so two ranks' tracebacks can never mi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
@@ -274,19 +275,13 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     return text[pos:], _prefix(rank, local_rank, host, pid, stamp)
 
 
-#: What :func:`_bracket` read of each tag it has seen (None: not a launcher's tag), and the
-#: prefixes :func:`strip` has built: a job's lines carry a handful of tags, read once each.
-_TAGS: dict[str, tuple[str, int] | None] = {}
-_PREFIXES: dict[tuple[int | None, int | None, str | None, int | None, str], Prefix] = {}
-#: Past this many entries a memo starts over (a file of ever-new tags costs a regex each).
-_MEMO_CAP = 4096
 #: How far :func:`_bracket` looks for a tag's end.
 _TAG_WINDOW = 64
 
 
 def _bracket(text: str, pos: int) -> tuple[str, int, int] | None:
     """The ``[role<n>]:`` tag at ``pos`` of ``text`` (:data:`_BRACKET`'s match there), as its
-    role, number and end; the tag is read by its regex once and then looked up."""
+    role, number and end; a job's lines carry a handful of tags, each read by the regex once."""
     if not text.startswith("[", pos):
         return None
     close = text.find("]:", pos, pos + _TAG_WINDOW)
@@ -294,32 +289,24 @@ def _bracket(text: str, pos: int) -> tuple[str, int, int] | None:
         m = _BRACKET.match(text, pos)
         return None if m is None else (m["role"], int(m["n"]), m.end())
     end = close + 3 if text.startswith(" ", close + 2) else close + 2
-    tag = text[pos:end]
-    try:
-        known = _TAGS[tag]
-    except KeyError:
-        # (the regex cannot match past the first "]:", nor stop before it)
-        m = _BRACKET.fullmatch(tag)
-        known = (m["role"], int(m["n"])) if m else None
-        if len(_TAGS) >= _MEMO_CAP:
-            _TAGS.clear()
-        _TAGS[tag] = known
+    known = _read_tag(text[pos:end])
     return None if known is None else (known[0], known[1], end)
 
 
+@functools.lru_cache(maxsize=4096)
+def _read_tag(tag: str) -> tuple[str, int] | None:
+    """A whole tag's role and number (the regex cannot match past the first "]:", nor stop
+    before it); None: not a launcher's tag."""
+    m = _BRACKET.fullmatch(tag)
+    return (m["role"], int(m["n"])) if m else None
+
+
+@functools.lru_cache(maxsize=4096)
 def _prefix(
     rank: int | None, local_rank: int | None, host: str | None, pid: int | None, stamp: str
 ) -> Prefix:
     """A :class:`Prefix` of these fields, shared by every line that has them (it is frozen)."""
-    key = (rank, local_rank, host, pid, stamp)
-    found = _PREFIXES.get(key)
-    if found is None:
-        if len(_PREFIXES) >= _MEMO_CAP:
-            _PREFIXES.clear()
-        found = _PREFIXES[key] = Prefix(
-            rank=rank, local_rank=local_rank, host=host, pid=pid, stamp=stamp
-        )
-    return found
+    return Prefix(rank=rank, local_rank=local_rank, host=host, pid=pid, stamp=stamp)
 
 
 def _tool_stamp(text: str, style: PrefixStyle) -> str:

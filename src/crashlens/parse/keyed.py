@@ -38,12 +38,23 @@ class BlockKeys:
     without being parsed)."""
 
     def __init__(
-        self, block: bytes, writers: int, ring: int, ends: Sequence[int] | None = None
+        self,
+        keys: array[int],
+        lines: int,
+        block: bytes,
+        writers: int,
+        ring: int,
+        ends: Sequence[int] | None = None,
     ) -> None:
         self.block = block
         self.writers = writers
         self.ring = ring
         self._ends = ends
+        self._load(keys, lines)
+
+    def _load(self, keys: array[int], lines: int) -> None:
+        """Take the ``lines`` lines' key ids, none skimmed yet."""
+        raise NotImplementedError
 
     def counts(self, line: int, stop: int) -> list[int]:
         """Lines of each key id among lines ``[line, stop)``."""
@@ -94,16 +105,7 @@ class BlockKeys:
 class ListKeys(BlockKeys):
     """:class:`BlockKeys` on lists (small blocks)."""
 
-    def __init__(
-        self,
-        keys: array[int],
-        lines: int,
-        block: bytes,
-        writers: int,
-        ring: int,
-        ends: Sequence[int] | None = None,
-    ):
-        super().__init__(block, writers, ring, ends)
+    def _load(self, keys: array[int], lines: int) -> None:
         self.ids: list[int] = keys.tolist()
         self.skimmed = bytearray(lines)
         self._by_key: tuple[list[int], list[int]] | None = None
@@ -170,16 +172,7 @@ class ListKeys(BlockKeys):
 class NumpyKeys(BlockKeys):
     """:class:`BlockKeys` on numpy arrays (big blocks; numpy is imported for the first)."""
 
-    def __init__(
-        self,
-        keys: array[int],
-        lines: int,
-        block: bytes,
-        writers: int,
-        ring: int,
-        ends: Sequence[int] | None = None,
-    ):
-        super().__init__(block, writers, ring, ends)
+    def _load(self, keys: array[int], lines: int) -> None:
         self.np: Any = importlib.import_module("numpy")
         self.ids = self.np.frombuffer(keys, dtype=self.np.uint32)
         self.skimmed = self.np.zeros(lines, dtype=bool)
