@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES
 from crashlens import analyze
-from crashlens.model import ExceptionInfo, Frame, exception_origin
+from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame, chain_origin, exception_origin
 from crashlens.provenance import launched_script, provenance
 from crashlens.render import render
 
@@ -62,6 +62,7 @@ def test_provenance_comes_from_what_the_path_means(path: str, expected: str) -> 
 
 
 _SITE = "/venv/lib/python3.11/site-packages"
+CORPUS = Path(__file__).parents[1] / "corpus"
 
 
 def _f(path: str, func: str = "f", user: bool | None = None) -> Frame:
@@ -101,6 +102,33 @@ def test_origin_says_whether_the_users_code_led_to_the_exception(
     frames: list[Frame], origin: str
 ) -> None:
     assert exception_origin(ExceptionInfo("TypeError", "x", tuple(frames), 1)) == origin
+
+
+def test_a_chain_is_judged_with_every_stack_it_shows() -> None:
+    # A library caught the user's callback's error and raised its own: the user's frame is
+    # only in the first exception's stack.
+    theirs = ExceptionInfo("KeyError", "'x'", (_f(f"{_SITE}/dep/core.py"), _f("/home/u/cb.py")), 1)
+    wrapped = ExceptionInfo("RuntimeError", "callback failed", (_f(f"{_SITE}/dep/core.py"),), 5)
+    assert exception_origin(wrapped) == "library"
+    assert chain_origin([theirs, wrapped]) == "called"
+    # and a library's own error stays the library's
+    lib = ExceptionInfo("KeyError", "'x'", (_f(f"{_SITE}/dep/core.py"),), 1)
+    assert chain_origin([lib, wrapped]) == "library"
+    # a chain the log ends in: the exception before the cut is judged with the cut one's stack
+    cut = ExceptionInfo(CUT_TRACEBACK, "the log ends", (_f("/home/u/train.py", "<module>"),), 9)
+    assert chain_origin([lib, cut]) == "cut"
+    assert chain_origin([lib, cut], 0) == "called"
+
+
+def test_a_chain_cut_after_its_first_exception_falls_back_to_that_exception() -> None:
+    # verbatim thread: detectron2's KeyError for a dataset never registered, then the chain's
+    # second traceback (from the user's train.py down) is cut before its exception line
+    report = analyze([CORPUS / "tune/facebookresearch-detectron2-1587/console.log"])
+    assert report.primary is not None and report.primary.match.rule.cls == "user_code_error"
+    assert (
+        str(report.primary.user_frame) == "/workspace/code/detectron2_test/train.py:34 in <module>"
+    )
+    assert "traceback-cut-off" in {c.rule_id for c in report.causes}
 
 
 @pytest.mark.parametrize(
@@ -168,9 +196,6 @@ def test_a_cause_before_the_cut_wins_over_the_cut(tmp_path: Path) -> None:
     log.write_text(oom + cut)
     report = analyze([log])
     assert report.primary is not None and report.primary.match.rule.cls == "cuda_oom"
-
-
-CORPUS = Path(__file__).parents[1] / "corpus"
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,14 @@ def test_during_handling_chain() -> None:
     assert len(assemble(text).done[0].exceptions) == 2
 
 
+def test_a_chain_marker_without_its_blank_lines_still_chains() -> None:
+    # a paste (or a log shipper) that dropped the blank lines around the marker
+    text = "\n".join(x for x in CHAINED.splitlines() if x.strip())
+    (tb,) = assemble(text).done
+    assert [e.type for e in tb.exceptions] == ["RuntimeError", "RuntimeError"]
+    assert not any("direct cause" in e.message for e in tb.exceptions)
+
+
 def test_embedded_worker_traceback_stays_in_the_message() -> None:
     text = """\
 Traceback (most recent call last):

@@ -69,6 +69,10 @@ def match(hits: Iterable[Hit], rules: RuleSet, facts: Facts | None = None) -> li
         found = _evaluate(rule, own)
         if found:
             matches.append(Match(rule, tuple(found)))
+            if _about_cut(rule):
+                # The log ending mid-traceback is said beside what its chain showed before
+                # the cut, never instead of it.
+                continue
             # Fallbacks are tried in order: a traceback the first one took is not the next's.
             claimed.update(h.traceback_id for h in found if h.traceback_id is not None)
     if matches and fact_list:
@@ -77,6 +81,11 @@ def match(hits: Iterable[Hit], rules: RuleSet, facts: Facts | None = None) -> li
             if found:
                 matches.append(Match(rule, tuple(found)))
     return matches
+
+
+def _about_cut(rule: Rule) -> bool:
+    """Whether every detector of ``rule`` reads only tracebacks the log ends in."""
+    return bool(rule.detectors) and all(d.origin == {"cut"} for d in rule.detectors)
 
 
 def _split_facts(facts: Facts | None) -> tuple[list[Fact], dict[str, list[str]]]:

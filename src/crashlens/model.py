@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
@@ -802,21 +802,43 @@ def exception_origin(exc: ExceptionInfo) -> Origin:
     return "unseen" if exc.head_lost else "library"
 
 
+def chain_origin(chain: Sequence[ExceptionInfo], at: int = -1) -> Origin:
+    """Where the exception ``chain[at]`` (by default the one that escaped) was raised, judged
+    with the whole chain.
+
+    Each exception of a chain (``During handling of the above exception...``, ``The above
+    exception was the direct cause...``) shows only part of one stack: the earlier ones from
+    the frame that caught them down, the last one from the process's top. So a library's
+    exception whose own frames hold none of the user's is still the user's (``called``) when
+    another exception of its chain passed through their code: their callback raised and the
+    library re-raised it, or their script is on the stack the library's handler ran in.
+    """
+    others = [*chain[:at], *chain[at:][1:]]
+    where = exception_origin(chain[at])
+    if where in ("library", "unseen", "none") and any(
+        f.user_code for exc in others for f in (*embedded_frames(exc), *exc.frames)
+    ):
+        return "called"
+    return where
+
+
 def user_frame(tb: Traceback) -> Frame | None:
     """The innermost frame of the user's code in the exception that escaped ``tb``.
 
     A DataLoader worker's exception re-raised by the main process carries the worker's
     ``Original Traceback`` in its message: that stack says where the error was raised, so it
-    is searched first, then the escaping exception's own frames. A traceback the log ends in
-    before its exception line blames no one: what it was raising is not known.
+    is searched first, then the escaping exception's own frames, then those of the exceptions
+    before it in its chain (:func:`chain_origin`). A traceback the log ends in before its
+    exception line blames no one: what it was raising is not known (a chain it ends in is
+    judged by the exceptions before the cut).
     """
-    final = tb.final
-    if final.type == CUT_TRACEBACK:
+    if tb.final.type == CUT_TRACEBACK and len(tb.exceptions) == 1:
         return None
-    for frames in (embedded_frames(final), list(final.frames)):
-        mine = [f for f in frames if f.user_code]
-        if mine:
-            return mine[-1]
+    for exc in reversed(tb.exceptions):
+        for frames in (embedded_frames(exc), list(exc.frames)):
+            mine = [f for f in frames if f.user_code]
+            if mine:
+                return mine[-1]
     return None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from crashlens import lazyre
 from crashlens.ingest.unwrap import rejoined
-from crashlens.model import Evidence, Hit, Roles, Source, exception_origin, exception_text
+from crashlens.model import Evidence, Hit, Roles, Source, chain_origin, exception_text
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import (
@@ -148,8 +148,12 @@ class HitCollector:
     def _match_traceback(self, tb: PartialTraceback) -> list[_TracebackFinding]:
         """What the exception and traceback detectors find in ``tb``."""
         out: list[_TracebackFinding] = []
-        where = exception_origin(tb.exceptions[-1])
         last = len(tb.exceptions) - 1
+        where = chain_origin(tb.exceptions)
+        # A chain the log ends in: what was raised while handling the exceptions before the
+        # cut is not known, so those exceptions are judged as the chain's end (the cut itself
+        # stays a finding of its own).
+        before = chain_origin(tb.exceptions, last - 1) if where == "cut" and last else where
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
         # then as typed before a paste changed them (read after all of the ones as printed)
@@ -159,7 +163,7 @@ class HitCollector:
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
-            if det.origin is not None and where not in det.origin:
+            if det.origin is not None and where not in det.origin and before not in det.origin:
                 continue
             if det.scope == "traceback":
                 whole = whole or [(last, "\n".join(tb.text))]
@@ -168,6 +172,8 @@ class HitCollector:
             else:
                 targets = exceptions
                 shown = ""
+            if det.origin is not None and where != before:
+                targets = [t for t in targets if (where if t[0] == last else before) in det.origin]
             for at, target in targets:
                 if not _holds_literal(det, target):
                     continue  # every match holds one of the detector's literals

@@ -609,6 +609,11 @@ class TracebackAssembler:
             tb.exc_message.append(text)
             self.state = State.EMBEDDED
             return True
+        if text.strip() in _CHAIN_MARKERS:
+            # a paste that dropped the blank lines around the chain's marker
+            tb.end_exception()
+            self.state = State.CHAIN
+            return True
         if text.startswith(TB_HEADER) or ends_message(text):
             return False
         if tb.twins:
