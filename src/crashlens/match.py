@@ -85,7 +85,7 @@ def match(hits: Iterable[Hit], rules: RuleSet, facts: Facts | None = None) -> li
 
 def _about_cut(rule: Rule) -> bool:
     """Whether every detector of ``rule`` reads only tracebacks the log ends in."""
-    return bool(rule.detectors) and all(d.origin == {"cut"} for d in rule.detectors)
+    return bool(rule.detectors) and all(d.origin == frozenset({"cut"}) for d in rule.detectors)
 
 
 def _split_facts(facts: Facts | None) -> tuple[list[Fact], dict[str, list[str]]]:
