@@ -58,6 +58,23 @@ def test_a_chain_marker_without_its_blank_lines_still_chains() -> None:
     assert not any("direct cause" in e.message for e in tb.exceptions)
 
 
+def test_an_exception_line_after_a_bare_one_is_another_exception() -> None:
+    # huggingface/diffusers#9664 as posted: accelerate's error, then the script's own
+    done = assemble(
+        "subprocess.CalledProcessError: Command ... returned non-zero exit status 1.\n"
+        "TypeError: LoraConfig.__init__() got an unexpected keyword argument 'use_dora'\n"
+    ).done
+    assert [tb.exceptions[-1].type for tb in done] == ["subprocess.CalledProcessError", "TypeError"]
+    # a library's error code on the next line is the message going on (NCCL's, under torch's;
+    # as a corpus thread shows them)
+    (tb,) = assemble(
+        "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:839, unhandled "
+        "system error, NCCL version 2.8.3\n"
+        "ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
+    ).done
+    assert "ncclSystemError" in tb.exceptions[-1].message
+
+
 def test_embedded_worker_traceback_stays_in_the_message() -> None:
     text = """\
 Traceback (most recent call last):

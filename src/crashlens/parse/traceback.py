@@ -308,6 +308,17 @@ def _bare_exception(text: str) -> bool:
     )
 
 
+def _another_exception(text: str) -> bool:
+    """Whether a line after a headerless exception's is another Python exception's line, not
+    its message going on: a class named as Python's are (``TypeError: ...``,
+    ``subprocess.CalledProcessError: ...``); a library's own error code in a message
+    (NCCL's ``ncclSystemError: ...`` under torch's ``RuntimeError``) is the message."""
+    if not _bare_exception(text):
+        return False
+    m = _EXC_LINE.fullmatch(text)
+    return m is not None and m["type"].rsplit(".", 1)[-1][:1].isupper()
+
+
 #: A module-qualified exception class whose name says no "Error" (pyarrow's
 #: ``pyarrow.lib.ArrowInvalid``, ``zipfile.BadZipFile``): lower-case modules, then a class
 #: name of two capitalised words or more, as exception classes are named.
@@ -627,7 +638,12 @@ class TracebackAssembler:
             if _exception_like(text):
                 tb.twin(lineno, text)
                 return True
-        limit = BARE_MESSAGE_LINES if tb.headerless and not tb.frames else MAX_MESSAGE_LINES
+        bare = tb.headerless and not tb.frames
+        if bare and _another_exception(text):
+            # another exception's line standing alone right after this one (a paste of the
+            # error lines only, a launcher's error after its child's): that one starts there
+            return False
+        limit = BARE_MESSAGE_LINES if bare else MAX_MESSAGE_LINES
         if len(tb.exc_message) >= limit:
             return False
         tb.exc_message.append(text)
