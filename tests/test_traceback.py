@@ -297,6 +297,18 @@ def test_a_logging_record_without_a_timestamp_ends_the_message() -> None:
     assert exc.message == "Loading a checkpoint for MP=2 but world size is 1"
 
 
+def test_an_ipython_8_frame_names_its_function_without_the_parameters() -> None:
+    # huggingface/accelerate#2216 as posted: IPython 8 prints each function's signature
+    text = (
+        "ProcessRaisedException                    Traceback (most recent call last)\n"
+        "File ~/Projects/llmtest1/lib/python3.10/site-packages/torch/multiprocessing/spawn.py:"
+        "202, in start_processes(fn, args, nprocs, join, daemon, start_method)\n"
+        "    201 # Loop on join until it returns True or raises an exception.\n"
+    )
+    exc = assemble(text).done[0].exceptions[-1]
+    assert [(f.line, f.function) for f in exc.frames] == [(202, "start_processes")]
+
+
 def test_an_ipython_traceback_cut_after_its_frames_keeps_the_headers_type() -> None:
     # unslothai/unsloth#3373 (verbatim): the notebook's paste stops inside the frames
     text = (

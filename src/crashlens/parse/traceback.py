@@ -53,7 +53,8 @@ _IPY_TYPE_ALONE = lazyre.compile_regex(
 )
 _IPY_FRAME = lazyre.compile_regex(
     # (JupyterLab copies a frame's file as a Markdown link: "File [<file>:<line>](<url>)")
-    r"(?:File \[?(?P<file>[^\s\[\]]+?):(?P<line>\d+)(?:, in (?P<func>\S+))?"
+    # (IPython 8 names the function with its parameters: "in start_processes(fn, args, ...)")
+    r"(?:File \[?(?P<file>[^\s\[\]]+?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+))?"
     r"|Cell In\[\d+\], line (?P<cline>\d+))"
 )
 #: IPython before 8 names a frame's file and function, then shows numbered source lines, the
