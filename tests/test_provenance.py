@@ -36,6 +36,9 @@ CAPTURES = Path(__file__).parent / "captures"
         ("/home/u/code/transformers/src/transformers/trainer.py", "library"),
         ("/workspace/DeepSpeed/deepspeed/runtime/zero/stage3.py", "library"),
         ("/opt/pytorch/torch/utils/data/dataloader.py", "library"),
+        # a checkout named as the project spells itself, not as its package is imported
+        ("/home/user/LLaMA-Factory/src/llamafactory/hparams/parser.py", "library"),
+        ("/home/u/unsloth-zoo/unsloth_zoo/compiler.py", "library"),
         # Cython and native sources
         ("pyarrow/error.pxi", "library"),
         ("/home/u/src/tokenizers/bindings.pyx", "library"),

@@ -166,7 +166,9 @@ def _segments(path: str) -> list[str]:
 
 
 def _norm(name: str) -> str:
-    return name.lower().replace("-", "_").replace(".", "_")
+    """A name as package and checkout names compare: ``LLaMA-Factory`` ~ ``llamafactory``,
+    ``unsloth-zoo`` ~ ``unsloth_zoo``."""
+    return name.lower().replace("-", "").replace("_", "").replace(".", "")
 
 
 @lru_cache(maxsize=8192)
