@@ -154,6 +154,7 @@ class HitCollector:
         # cut is not known, so those exceptions are judged as the chain's end (the cut itself
         # stays a finding of its own).
         before = chain_origin(tb.exceptions, last - 1) if where == "cut" and last else where
+        origin = [before] * last + [where]  # each exception's, by its place in the chain
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
         # then as typed before a paste changed them (read after all of the ones as printed)
@@ -163,8 +164,6 @@ class HitCollector:
         for rule, det in self.exc_detectors:
             if det.sources is not None and self.source.kind not in det.sources:
                 continue
-            if det.origin is not None and where not in det.origin and before not in det.origin:
-                continue
             if det.scope == "traceback":
                 whole = whole or [(last, "\n".join(tb.text))]
                 targets = whole
@@ -172,8 +171,8 @@ class HitCollector:
             else:
                 targets = exceptions
                 shown = ""
-            if det.origin is not None and where != before:
-                targets = [t for t in targets if (where if t[0] == last else before) in det.origin]
+            if det.origin is not None:
+                targets = [t for t in targets if origin[t[0]] in det.origin]
             for at, target in targets:
                 if not _holds_literal(det, target):
                     continue  # every match holds one of the detector's literals
