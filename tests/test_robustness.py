@@ -930,3 +930,22 @@ def test_a_detector_timed_out_in_one_analysis_still_runs_in_the_next_on_the_same
     (quick / "rank_0.log").write_text("aaaaaa\n")
     second.read_paths([quick])
     assert [h.rule_id for r in second.results for h in r.hits] == ["evil-backtrack"]
+
+
+def test_analyses_of_the_same_rule_set_share_its_compiled_pack(tmp_path: Path) -> None:
+    from crashlens.rulebase import load_rules
+    from crashlens.session import KEEP_PACKS, SequentialRunner, Session
+
+    rules = load_rules()
+    first = Session(rules, runner=SequentialRunner())
+    second = Session(rules, runner=SequentialRunner())
+    # compiled once, each analysis with a matcher state of its own
+    assert second.pack is first.pack and second.matcher is not first.matcher
+    # a slow path asked for gets its own pack; another rule set (even an equal one) too
+    assert Session(rules, fast=False, runner=SequentialRunner()).pack is not first.pack
+    other = load_rules()
+    assert Session(other, runner=SequentialRunner()).pack is not first.pack
+    # only the last few are kept, each holding its rules
+    for _ in range(KEEP_PACKS):
+        Session(load_rules(), runner=SequentialRunner())
+    assert Session(rules, runner=SequentialRunner()).pack is not first.pack

@@ -266,8 +266,23 @@ class RulePack:
 
     @classmethod
     def compile(cls, rules: RuleSet, *, fast: bool = True) -> RulePack:
-        index = LineIndex(rules)
-        return cls(rules, fast, index, scanner_for(index) if fast else None)
+        """The pack of ``rules``: one already built for that very rule set (the last few are
+        kept, each holding its rules, so an identity is never reused while it is) or a new one.
+        A program that calls :func:`crashlens.analyze` per job compiles its rules once."""
+        key = (id(rules), fast)
+        pack = _PACKS.get(key)
+        if pack is None or pack.rules is not rules:
+            index = LineIndex(rules)
+            pack = cls(rules, fast, index, scanner_for(index) if fast else None)
+            if len(_PACKS) >= KEEP_PACKS:
+                del _PACKS[next(iter(_PACKS))]
+            _PACKS[key] = pack
+        return pack
+
+
+#: How many compiled rule sets :meth:`RulePack.compile` keeps (oldest dropped first).
+KEEP_PACKS = 4
+_PACKS: dict[tuple[int, bool], RulePack] = {}
 
 
 @dataclass(slots=True)
