@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,6 +98,19 @@ def test_every_cpu_repro_rediagnoses_as_itself_from_the_wheel(venv: Path) -> Non
     # can), so two run side by side on a 2-core machine
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
         runs = list(pool.map(rerun, cpu))
-    failed = {r: (run.stdout + run.stderr)[-3000:] for r, run in runs if run.returncode != 0}
     assert len(runs) == len(cpu)
+    failed: dict[str, str] = {}
+    for repro, run in runs:
+        if run.returncode == 0:
+            continue
+        # Some repros are real races (too_many_open_files: which process meets the fd limit
+        # first, and what it prints, differs run to run; run beside the suite, a rare
+        # interleaving has shown none of its lines): one more run, alone, must re-diagnose,
+        # and the first run's output is reported as a warning either way.
+        first = (run.stdout + run.stderr)[-3000:]
+        warnings.warn(f"{repro} did not re-diagnose on its first run:\n{first}", stacklevel=1)
+        shutil.rmtree(venv.parent / "runs" / repro, ignore_errors=True)
+        _, again = rerun(repro)
+        if again.returncode != 0:
+            failed[repro] = first + "\n-- again, alone --\n" + (again.stdout + again.stderr)[-3000:]
     assert not failed, "\n\n".join(f"== {k}\n{v}" for k, v in failed.items())
