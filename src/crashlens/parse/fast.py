@@ -23,7 +23,7 @@ from typing import Protocol
 
 from crashlens.ingest.prefixes import PrefixStyle, strip
 from crashlens.parse.index import NCCL_MARK, BlockIndex, find_nccl
-from crashlens.parse.keyed import BlockKeys, block_keys
+from crashlens.parse.keyed import BlockKeys, keys_type
 from crashlens.parse.repeat import Repeat
 from crashlens.parse.state import RING, Stream, numbered
 
@@ -144,7 +144,9 @@ class FastPath:
         for i, stream in enumerate(self._streams):
             self._key_ids.setdefault(id(stream), []).append(i)
         self._keys = index.keys
-        self._bk = block_keys(index.keys, index.lines, block, len(self._streams), RING, index.ends)
+        self._bk = keys_type(index.lines)(
+            index.keys, index.lines, block, len(self._streams), RING, index.ends
+        )
 
     def _end_block(self) -> None:
         if self.pending:

@@ -18,19 +18,10 @@ from typing import Any
 SMALL_LINES = 4096
 
 
-def block_keys(
-    keys: array[int],
-    lines: int,
-    block: bytes,
-    writers: int,
-    ring: int,
-    ends: Sequence[int] | None = None,
-) -> BlockKeys:
-    """The key ids of ``block`` (``lines`` lines, ``writers`` distinct keys); ``ring`` is how
-    many of a writer's last quiet lines :meth:`BlockKeys.tail` keeps; ``ends``: the block's
-    newline offsets, when known already."""
-    small = lines <= SMALL_LINES
-    return (ListKeys if small else NumpyKeys)(keys, lines, block, writers, ring, ends)
+def keys_type(lines: int) -> type[BlockKeys]:
+    """The :class:`BlockKeys` kind for a block of ``lines`` lines: lists up to
+    :data:`SMALL_LINES`, numpy past it."""
+    return ListKeys if lines <= SMALL_LINES else NumpyKeys
 
 
 class BlockKeys:
