@@ -528,3 +528,28 @@ def test_a_remembered_tag_reads_as_its_regex_reads_it() -> None:
             m = prefixes._BRACKET.match(text, pos)
             want = None if m is None else (m["role"], int(m["n"]), m.end())
             assert prefixes._bracket(text, pos) == want, (text, pos)
+
+
+def test_stacked_tool_stamps_are_both_stripped_on_both_paths() -> None:
+    # MONAI's Jenkins log (corpus tune/project-monai-monai-4530, "[<ISO>Z] " on every line) as
+    # `kubectl logs --timestamps` would show it: a stamp over a stamp
+    from crashlens.ingest.prefixes import key_pattern
+
+    lines = [
+        "2024-05-01T03:14:00.123456789Z [2022-06-18T02:31:53.944Z] Traceback (most recent call last):",
+        '2024-05-01T03:14:00.123456789Z [2022-06-18T02:31:53.944Z]   File "tests/test_integration_segmentation_3d.py", line 21, in <module>',
+        "2024-05-01T03:14:00.123456789Z [2022-06-18T02:31:53.944Z] AttributeError: module 'distutils' has no attribute 'version'",
+        "2024-05-01T03:14:00.123456789Z [2022-06-18T02:31:53.944Z] [rank3]: step 1",
+        "2024-05-01T03:14:00.123456789Z 2020-11-24 20:18:25.069 Epoch 5/5",
+    ]  # fmt: skip
+    style = sniff_style(lines)
+    assert style.stamped
+    texts = [strip(line, style) for line in lines]
+    assert texts[0][0] == "Traceback (most recent call last):"
+    assert texts[1][0].startswith('  File "tests/')
+    assert texts[2][0].startswith("AttributeError: module 'distutils'")
+    assert texts[3][0] == "step 1" and texts[3][1].rank == 3
+    # a program's own logging time after the tool's stamp is the line's text
+    assert texts[4][0] == "2020-11-24 20:18:25.069 Epoch 5/5"
+    block = ("\n".join(lines) + "\n").encode()
+    assert key_pattern(style).keys(block, 0, len(block))[3] == b"[rank3]: "

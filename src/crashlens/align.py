@@ -127,8 +127,11 @@ def align(
 
 
 #: A line that says nothing: blank or punctuation, after a log record's prefix if it has one (a
-#: banner's rule of asterisks, ``W1206 03:59:26.009000 2937 torch/distributed/run.py:874] ***``).
-_SAYS_NOTHING = lazyre.compile(r"(?:.*\]\s)?[\W_]*")
+#: banner's rule of asterisks, ``W1206 03:59:26.009000 2937 torch/distributed/run.py:874] ***``)
+#: or a tool's stamp (``2024-05-01T03:14:00.123456789Z ***``: the ring keeps a line's stamp).
+_SAYS_NOTHING = lazyre.compile(
+    r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,]{0,10}(?:Z|[+-]\d\d:?\d\d)? )?(?:.*\]\s)?[\W_]*"
+)
 
 
 def mark_job_ends(hits: list[Hit], results: list[FileResult]) -> list[Hit]:

@@ -313,7 +313,17 @@ def _tool_stamp(text: str, style: PrefixStyle) -> str:
     """The stamp a tool put at the start of ``text`` (with its blank), or ``""``."""
     if style.stamped:
         m = _LEADING_STAMP.match(text)
-        return str(m.group(0)) if m else ""
+        if m is None:
+            return ""
+        # Stamps stack when one tool's log is shown by another (``kubectl logs --timestamps``
+        # of a job whose runner stamped its lines): a second stamp goes too where it stands
+        # before text no program stamps itself, or before a launcher's prefix.
+        inner = _LEADING_STAMP.match(text, m.end())
+        if inner and (
+            text.startswith("[", inner.end()) or _NEEDS_STAMP_STRIP.match(text, inner.end())
+        ):
+            return text[: inner.end()]
+        return str(m.group(0))
     if (text[:1].isdigit() or (text[:1] == "[" and text[1:2].isdigit())) and (
         # (no word an exception's type ends in: no final line, and no regex run)
         "Error" in text or "Exception" in text or "Interrupt" in text or "Exit" in text
@@ -338,7 +348,7 @@ def nccl_origin(text: str) -> Prefix | None:
 
 
 # -- the fast path's demultiplexer: every line's prefix in one regex pass over bytes ------------
-_B_STAMP = b"(?:(?:" + _STAMP_RE.encode() + rb"|\[" + _STAMP_RE.encode() + rb"\]) )?"
+_B_STAMP = b"(?:(?:" + _STAMP_RE.encode() + rb"|\[" + _STAMP_RE.encode() + rb"\]) ){0,2}"
 _B_PDSH = rb"(?:[A-Za-z][\w\-.]*" + _NOT_EXCEPTION.encode() + rb": )?"
 _B_SRUN = rb"(?: *\d{1,5}: )?"
 _B_KUBECTL = rb"\[pod/[^/\]\s]+/[^\]\s]+\] "
