@@ -87,3 +87,11 @@ def test_a_quoted_or_tab_indented_paste_keeps_the_diagnosis(name: str, tmp_path:
     # margin took quotes and tabs)
     changed = metamorphic.changed(RIGHT, name, RULES, tmp_path)
     assert len(changed) <= 0.01 * len(RIGHT), changed
+
+
+@pytest.mark.parametrize("name", ["quoted", "tabbed"])
+def test_a_test_harness_tee_keeps_its_diagnosis_under_a_quote(name: str, tmp_path: Path) -> None:
+    # huggingface/accelerate#934: `accelerate test` prints its child's lines behind "stdout: " /
+    # "stderr: "; read as text, a quoted copy's "stderr:   File ..." was an exception's line
+    (case,) = [c for c in RIGHT if c.id == "huggingface-accelerate-934"]
+    assert metamorphic.changed([case], name, RULES, tmp_path) == []

@@ -553,3 +553,27 @@ def test_stacked_tool_stamps_are_both_stripped_on_both_paths() -> None:
     assert texts[4][0] == "2020-11-24 20:18:25.069 Epoch 5/5"
     block = ("\n".join(lines) + "\n").encode()
     assert key_pattern(style).keys(block, 0, len(block))[3] == b"[rank3]: "
+
+
+def test_a_test_harness_tee_label_is_stripped_on_both_paths() -> None:
+    # accelerate's and transformers' testing utilities (execute_subprocess_async's tee):
+    # print(label, line) with "stdout:" / "stderr:", the line's own indentation kept
+    from crashlens.ingest.prefixes import key_pattern
+
+    lines = [
+        "stdout: **Initialization**",
+        "stderr: [E ProcessGroupNCCL.cpp:821] [Rank 1] Watchdog caught collective operation timeout",
+        "stderr: Traceback (most recent call last):",
+        'stderr:   File "/home/user/test_script.py", line 3, in <module>',
+        "stderr: [rank1]: RuntimeError: boom",
+    ]
+    style = sniff_style(lines)
+    assert style.teed
+    texts = [strip(line, style) for line in lines]
+    assert texts[2][0] == "Traceback (most recent call last):"
+    assert texts[3][0] == '  File "/home/user/test_script.py", line 3, in <module>'
+    assert texts[4][0] == "RuntimeError: boom" and texts[4][1].rank == 1
+    assert not sniff_style(["stdout: x", "plain", "plain", "plain"]).teed
+    block = ("\n".join(lines) + "\n").encode()
+    keys = key_pattern(style).keys(block, 0, len(block))
+    assert keys[4] == b"[rank1]: " and keys[0] == keys[2] == b""

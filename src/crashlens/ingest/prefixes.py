@@ -20,6 +20,8 @@ from crashlens import lazyre
 _BRACKET = lazyre.compile_regex(r"\[(?P<role>[A-Za-z_][\w\-]*?)(?P<n>\d+)\]:[ ]?")
 _MPI = lazyre.compile_regex(r"\[\d+,(?P<n>\d+)\]<(?:stdout|stderr|stddiag)>:[ ]?")
 _SRUN = lazyre.compile_regex(r" *(?P<n>\d{1,5}): ")
+#: The labels a test harness's tee prints before each line of its child's streams.
+_TEE_LABELS = ("stdout:", "stderr:")
 #: A host name, not a (module-qualified) exception type: ``PIL.UnidentifiedImageError: ...``
 #: ends in an exception word, which no host name does.
 _NOT_EXCEPTION = r"(?<!Error)(?<!Exception)(?<!Warning)(?<!Exit)(?<!Interrupt)(?<!Iteration)"
@@ -112,6 +114,10 @@ class PrefixStyle:
     double_spaced: bool = False
     #: Lines start with a process label in parentheses (Ray's, SkyPilot's: :data:`_LABEL`).
     labelled: bool = False
+    #: Lines start with the stream a test harness read them from: ``print(label, line)`` with
+    #: ``stdout:``/``stderr:`` (the ``execute_subprocess_async`` of accelerate's and
+    #: transformers' testing utilities, as ``accelerate test`` prints its child's output).
+    teed: bool = False
 
 
 def sniff_style(head: Iterable[str]) -> PrefixStyle:
@@ -142,6 +148,7 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     # a label with a pid reads as nothing else, so a share of the lines is enough (a Ray
     # driver's own lines come without one)
     labelled = sum(1 for line in lines if line[:1] == "(" and _LABEL.match(line))
+    teed = sum(1 for line in lines if line.startswith(_TEE_LABELS))
     return PrefixStyle(
         srun=srun >= 0.6 * len(lines),
         pdsh=pdsh_hits >= 0.6 * len(lines),
@@ -149,6 +156,7 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
         margin=margin,
         double_spaced=doubled,
         labelled=labelled >= max(2, 0.2 * len(lines)),
+        teed=teed >= 0.6 * len(lines),
     )
 
 
@@ -209,6 +217,10 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     host = None
     stamp = _tool_stamp(text, style)
     pos = len(stamp)
+    if style.teed and text.startswith(_TEE_LABELS, pos):
+        pos += len(_TEE_LABELS[0])
+        if text[pos : pos + 1] == " ":
+            pos += 1
     if style.pdsh:
         m = _PDSH.match(text, pos)
         if m:
@@ -351,6 +363,7 @@ def nccl_origin(text: str) -> Prefix | None:
 _B_STAMP = b"(?:(?:" + _STAMP_RE.encode() + rb"|\[" + _STAMP_RE.encode() + rb"\]) ){0,2}"
 _B_PDSH = rb"(?:[A-Za-z][\w\-.]*" + _NOT_EXCEPTION.encode() + rb": )?"
 _B_SRUN = rb"(?: *\d{1,5}: )?"
+_B_TEE = rb"(?:std(?:out|err): ?)?"
 _B_KUBECTL = rb"\[pod/[^/\]\s]+/[^\]\s]+\] "
 _B_MPI = rb"\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:[ ]?"
 # Looser than _BRACKET (a key needs only to cover what strip() would take): strip() on the key
@@ -381,7 +394,7 @@ class PrefixKeys:
     def __init__(self, style: PrefixStyle) -> None:
         # a pasted block's margin, then a tool's stamp, come before a launcher's prefix
         lead = b"(?:" + re.escape(style.margin.encode()) + b")?" if style.margin else b""
-        stamp = lead + (_B_STAMP if style.stamped else b"")
+        stamp = lead + (_B_STAMP if style.stamped else b"") + (_B_TEE if style.teed else b"")
         body = (
             (_B_PDSH if style.pdsh else b"")
             + (_B_SRUN if style.srun else b"")
