@@ -95,3 +95,17 @@ def test_a_test_harness_tee_keeps_its_diagnosis_under_a_quote(name: str, tmp_pat
     # "stderr: "; read as text, a quoted copy's "stderr:   File ..." was an exception's line
     (case,) = [c for c in RIGHT if c.id == "huggingface-accelerate-934"]
     assert metamorphic.changed([case], name, RULES, tmp_path) == []
+
+
+def test_a_paste_that_doubled_every_line_break_keeps_the_diagnosis(tmp_path: Path) -> None:
+    # a web page's copy: a blank line after every line, three where the log had one (9 of 976
+    # right tune cases changed before a run of three read as doubled). Left: two 2-line
+    # pastes (too few lines to tell), a terminal's hard wrap (om-ai-lab/VLM-R1#257) and a cut
+    # IPython traceback whose header the copy split (OpenGVLab/InternVideo#102)
+    changed = metamorphic.changed(RIGHT, "double_spaced", RULES, tmp_path)
+    assert set(changed) <= {
+        "huggingface-setfit-625",
+        "laion-ai-clap-113",
+        "om-ai-lab-vlm-r1-257",
+        "opengvlab-internvideo-102",
+    }

@@ -247,6 +247,29 @@ def test_a_paste_with_doubled_line_breaks_is_read_without_them() -> None:
     # a log's own blank lines here and there, or too few lines to tell: not doubled
     assert not sniff_style(["a", "", "b", "c", "", "d", ""]).double_spaced
     assert not sniff_style(["a", "", "b", ""]).double_spaced
+    # the log's own blank line, its break doubled too, is three blank lines
+    assert sniff_style(
+        ["step 1", "", "", "", "Traceback (most recent call last):", "", "E: x"]
+    ).double_spaced
+    assert not sniff_style(
+        ["step 1", "", "", "Traceback (most recent call last):", "", "E: x"]
+    ).double_spaced
+
+
+def test_a_double_spaced_paste_keeps_the_logs_own_blank_lines(tmp_path: Path) -> None:
+    # a blank line ends an exception's message; doubled, it is three blank lines, and the
+    # second of them is the log's own
+    from crashlens.api import analyze
+
+    log = ["step 1", "Traceback (most recent call last):", '  File "t.py", line 1, in <module>']
+    log += ["ValueError: bad config", "", "INFO shutting down: rank 3 exited", "x"]
+    (tmp_path / "doubled.log").write_text("".join(line + "\n\n" for line in log))
+    (tmp_path / "plain.log").write_text("".join(line + "\n" for line in log))
+    messages = []
+    for name in ("doubled.log", "plain.log"):
+        report = analyze([tmp_path / name], parallel=False)
+        messages.append([tb.final.message for tb in report.tracebacks])
+    assert messages[0] == messages[1] == ["bad config"]
 
 
 def test_the_fast_path_reads_prefixes_under_a_pasted_blocks_margin() -> None:

@@ -161,12 +161,13 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
 
 
 def _double_spaced(raw: list[str]) -> bool:
-    """Whether text and blank lines alternate through ``raw`` (at least 4 lines of text, each
-    but the last followed by exactly one blank line)."""
+    """Whether every line break of ``raw`` was doubled (at least 3 lines of text): each line
+    of text but the last is followed by an odd number of blank lines (one, or three where
+    the log had a blank line of its own, ...)."""
     text = [i for i, line in enumerate(raw) if line.strip()]
-    if len(text) < 4:
+    if len(text) < 3:
         return False
-    return all(b - a == 2 for a, b in pairwise(text))
+    return all((b - a) % 2 == 0 for a, b in pairwise(text))
 
 
 def _common_margin(lines: list[str]) -> str:

@@ -116,14 +116,23 @@ class FileParser:
         self._seen: set[int] = set()
         #: The line being fed holds no trigger literal (:meth:`feed_raw`).
         self._plain = False
+        #: Blank lines fed in a row (a double-spaced paste keeps every second one).
+        self._blanks = 0
 
     # -- per line -----------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
         """Process one physical (or ``\\r``-split) line."""
         if lineno != self._fed_at:  # tqdm's ``\r`` states of one line count once
             self.fed, self._fed_at = self.fed + 1, lineno
-        if self.style.double_spaced and not raw.strip():
-            return  # a paste's doubled line break, not a blank line of the log
+        if self.style.double_spaced:
+            if not raw.strip():
+                # every other blank line is a paste's doubled line break; the second of a
+                # pair is a blank line of the log's own
+                self._blanks += 1
+                if self._blanks % 2:
+                    return
+            else:
+                self._blanks = 0
         # Blanks at the end of a line are a paste's or a terminal's, never the program's words.
         for part in split_glued(strip_ansi(raw).rstrip(" \t")):
             self._feed(lineno, part)
