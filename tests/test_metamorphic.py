@@ -109,3 +109,11 @@ def test_a_paste_that_doubled_every_line_break_keeps_the_diagnosis(tmp_path: Pat
         "om-ai-lab-vlm-r1-257",
         "opengvlab-internvideo-102",
     }
+
+
+def test_a_quoted_short_paste_keeps_its_exception_line(tmp_path: Path) -> None:
+    # a reply's "> " before every line of a short traceback: the exception's line after the
+    # longest source line read as the rest of a wrapped line (6 of 976 right tune cases)
+    cases = [c for c in RIGHT if c.id in ("facebookresearch-moco-48", "wongkinyiu-yolov7-1952")]
+    assert len(cases) == 2
+    assert metamorphic.changed(cases, "quoted", RULES, tmp_path) == []

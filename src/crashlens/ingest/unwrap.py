@@ -90,7 +90,7 @@ def _goes_on(line: str, after: str) -> bool:
     """Whether ``after`` reads as the rest of ``line`` cut at a terminal's width, not as a
     line of its own: not empty, no record, prefix, frame or box row of its own."""
     after = strip_ansi(after)
-    rest = after.lstrip()
+    rest = after.lstrip(" \t>")  # (a pasted block's margin: indentation, a quote's markers)
     return (
         bool(rest)
         and not line.endswith(_BOX)
