@@ -218,10 +218,8 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
     host = None
     stamp = _tool_stamp(text, style)
     pos = len(stamp)
-    if style.teed and text.startswith(_TEE_LABELS, pos):
-        pos += len(_TEE_LABELS[0])
-        if text[pos : pos + 1] == " ":
-            pos += 1
+    if style.teed:
+        pos = _after_tee_label(text, pos)
     if style.pdsh:
         m = _PDSH.match(text, pos)
         if m:
@@ -286,6 +284,15 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
             # node's agent, whose workers' local ranks follow; the global rank is not known.
             host = f"srun-task-{task}"
     return text[pos:], _prefix(rank, local_rank, host, pid, stamp)
+
+
+def _after_tee_label(text: str, pos: int) -> int:
+    """Where ``text`` goes on after a test harness's ``stdout:``/``stderr:`` label at ``pos``
+    (``print(label, line)`` put one blank after it), or ``pos`` when none is there."""
+    if not text.startswith(_TEE_LABELS, pos):
+        return pos
+    pos += len(_TEE_LABELS[0])
+    return pos + 1 if text.startswith(" ", pos) else pos
 
 
 #: How far :func:`_bracket` looks for a tag's end.
