@@ -400,7 +400,8 @@ class PrefixKeys:
     """
 
     def __init__(self, style: PrefixStyle) -> None:
-        # a pasted block's margin, then a tool's stamp, come before a launcher's prefix
+        # a pasted block's margin, then a tool's stamp and a test harness's tee label, come
+        # before a launcher's prefix (none of them names the writer: outside the key)
         lead = b"(?:" + re.escape(style.margin.encode()) + b")?" if style.margin else b""
         stamp = lead + (_B_STAMP if style.stamped else b"") + (_B_TEE if style.teed else b"")
         body = (
