@@ -12,6 +12,7 @@ import pytest
 
 from conftest import FIXTURES
 from crashlens import analyze
+from crashlens.model import user_frame
 from crashlens.report import Report
 
 CAPTURES = Path(__file__).parent / "captures"
@@ -313,3 +314,34 @@ def test_clean_ups_the_interpreter_runs_at_exit_are_no_ending(version: str) -> N
     assert "training finished" in text and "in _exitfunc" in text
     assert ("Error in atexit._run_exitfuncs:" in text) == (version == "3.9")
     assert not analyze([log]).failed
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2], ids=["whole", "no-exception-line", "no-caret"])
+def test_a_compile_errors_report_cut_before_its_exception_line_is_a_syntax_error(
+    tmp_path: Path, cut: int
+) -> None:
+    # A real run importing a config with an unquoted path: CPython shows where it stopped as a
+    # frame without a function, its source line and a caret. Whatever a cut took after the
+    # source line, what was raised is a SyntaxError in that file.
+    lines = (CAPTURES / "syntax_error_config.log").read_text().splitlines(True)
+    log = tmp_path / "train.log"
+    log.write_text("".join(lines[: len(lines) - cut]))
+    report = analyze([log])
+    assert report.tracebacks[-1].final.type == "SyntaxError"
+    assert report.primary is not None
+    assert (report.primary.rule_id, report.primary.match.rule.cls) == (
+        "user-code-error",
+        "user_code_error",
+    )
+    frame = user_frame(report.tracebacks[-1])
+    assert frame is not None and (Path(frame.file).name, frame.line) == ("exp_cfg.py", 4)
+
+
+def test_a_frame_cut_before_its_source_line_is_no_compile_error(tmp_path: Path) -> None:
+    # The same log cut after the config's frame line: it could be any frame cut mid-line.
+    lines = (CAPTURES / "syntax_error_config.log").read_text().splitlines(True)
+    log = tmp_path / "train.log"
+    log.write_text("".join(lines[:-3]))
+    report = analyze([log])
+    assert report.tracebacks[-1].final.type != "SyntaxError"
+    assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"

@@ -30,6 +30,16 @@ for step in range(10):
         raise RuntimeError(f"loss is nan at step {step}")
     bar.update(1)
 """,
+    # An experiment config the user edited into invalid Python (an unquoted path), imported by
+    # name as detection toolkits load their configs: the compiler's report has a frame
+    # without a function, its source line and a caret.
+    "syntax_error_config": """
+import importlib
+from pathlib import Path
+Path("exp_cfg.py").write_text("import os\\n\\nclass Exp:\\n    data_dir = os.path.realpath(/data/coco)\\n")
+exp = importlib.import_module("exp_cfg")
+print(exp.Exp.data_dir)
+""",
     # rich's traceback handler on a forced terminal: box drawing and ANSI colour codes.
     "rich_ansi": """
 from rich.console import Console

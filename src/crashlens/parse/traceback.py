@@ -234,6 +234,12 @@ class PartialTraceback:
         self.twins -= 1
 
 
+def _compile_error(frames: list[Frame]) -> bool:
+    """Whether the innermost frame is where the compiler stopped: ``File "x.py", line 27``
+    with no function (only a compile error's report prints one) and its source line."""
+    return bool(frames) and not frames[-1].function and bool(frames[-1].code)
+
+
 def _frame(m: regex.Match[str]) -> Frame:
     """A frame from a ``File "...", line N, in f`` match."""
     path = m["file"]
@@ -451,6 +457,16 @@ class TracebackAssembler:
         tb = self.current
         if tb is None:
             return
+        if self.state is State.FRAMES and tb.exc_type is None and _compile_error(tb.frames):
+            # CPython shows where a compile error is as a frame without a function, its
+            # source line and a caret: whatever the cut took, what was raised is a
+            # SyntaxError (or its IndentationError / TabError)
+            where = tb.frames[-1]
+            tb.exc_type = "SyntaxError"
+            tb.exc_message = [
+                f"(the log ends before its message) Python could not compile line {where.line}"
+            ]
+            tb.exc_line = tb.start_line
         if self.state in (State.FRAMES, State.IPYTHON) and tb.exc_type is None:
             # Even a bare header (or one cut mid-frame: ``File "train.py", l``) is a process
             # that stopped while printing its traceback.
