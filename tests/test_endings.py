@@ -330,7 +330,7 @@ def test_a_compile_errors_report_cut_before_its_exception_line_is_a_syntax_error
     assert report.tracebacks[-1].final.type == "SyntaxError"
     assert report.primary is not None
     assert (report.primary.rule_id, report.primary.match.rule.cls) == (
-        "user-code-error",
+        "syntax-error",
         "user_code_error",
     )
     frame = user_frame(report.tracebacks[-1])

@@ -461,11 +461,8 @@ class TracebackAssembler:
             # CPython shows where a compile error is as a frame without a function, its
             # source line and a caret: whatever the cut took, what was raised is a
             # SyntaxError (or its IndentationError / TabError)
-            where = tb.frames[-1]
             tb.exc_type = "SyntaxError"
-            tb.exc_message = [
-                f"(the log ends before its message) Python could not compile line {where.line}"
-            ]
+            tb.exc_message = ["the log ends before the compiler's message"]
             tb.exc_line = tb.start_line
         if self.state in (State.FRAMES, State.IPYTHON) and tb.exc_type is None:
             # Even a bare header (or one cut mid-frame: ``File "train.py", l``) is a process
