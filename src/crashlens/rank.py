@@ -221,8 +221,10 @@ def _fold_cuts(
 
 
 def _cut_only(m: Match, index: _Tracebacks) -> bool:
-    """Whether every hit of ``m`` is a traceback the log ends inside."""
-    if not m.rule.fallback or not m.hits:
+    """Whether every hit of ``m`` is a traceback the log ends inside, read by the fallback or
+    by a rule that refines it (one reading where the cut came: inside a file reader, inside
+    the rendezvous)."""
+    if not (m.rule.fallback or "traceback-cut-off" in m.rule.explains) or not m.hits:
         return False
     tbs = [index.by_id.get(h.traceback_id) if h.traceback_id is not None else None for h in m.hits]
     return all(tb is not None and tb.final.type == CUT_TRACEBACK for tb in tbs)
