@@ -47,6 +47,13 @@ CAPTURES = Path(__file__).parent / "captures"
         ("/root/.pyenv/versions/3.11.7/lib/python3.11/zipfile.py", "stdlib"),
         ("<frozen os>", "stdlib"),
         ("C:\\Python311\\Lib\\os.py", "stdlib"),
+        # a conda environment on Windows keeps its stdlib in <env>\\Lib (as posted in
+        # THUDM/ChatGLM-6B#1196: corpus case tune/zai-org-chatglm-6b-1196)
+        ("D:\\Anaconda3\\envs\\chatglm6b\\lib\\json\\decoder.py", "stdlib"),
+        ("C:\\Users\\u\\miniconda3\\Lib\\threading.py", "stdlib"),
+        # a project's own lib folder is the user's
+        ("C:\\Users\\u\\proj\\lib\\utils.py", "user"),
+        ("D:\\work\\lib\\dataset\\coco.py", "user"),
         # console scripts of installed packages
         ("/usr/local/bin/torchrun", "library"),
         # the user's code, including checkouts that merely mention a package in their name

@@ -15,6 +15,7 @@ ask it the same question.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal, Protocol
@@ -154,6 +155,8 @@ KNOWN_PACKAGES = frozenset(
 #: Directories that hold installed packages.
 _INSTALL_DIRS = frozenset({"site-packages", "dist-packages", ".eggs", "__pypackages__"})
 #: A Python version directory (``python3.11``, ``python3.8``, ``python312`` on Windows).
+#: A Windows drive (``C:``): the paths where the stdlib sits in ``<prefix>\\Lib``.
+_WINDOWS_PREFIX = lazyre.compile(r"[A-Za-z]:$")
 _PYTHON_DIR = lazyre.compile(r"python\d(?:\.?\d+)?t?$", re.IGNORECASE)
 #: Sources that are a package's compiled or generated code, never a user's script.
 _NATIVE_SUFFIXES = (".pxi", ".pyx", ".pxd", ".so", ".pyd", ".c", ".cc", ".cpp", ".cu", ".h")
@@ -192,7 +195,7 @@ def provenance(path: str) -> Provenance:
         return "library"
     if _in_conda_pkgs(dirs):
         return "library"
-    if _under_python_lib(dirs):
+    if _under_python_lib(dirs, name):
         return "stdlib"
     if dirs and dirs[-1] == "bin" and not name.endswith(".py"):
         return "library"  # a console script (``/usr/local/bin/torchrun``)
@@ -206,13 +209,23 @@ def _in_conda_pkgs(dirs: list[str]) -> bool:
     return any(d == "pkgs" and i + 1 < len(dirs) and "-" in dirs[i + 1] for i, d in enumerate(dirs))
 
 
-def _under_python_lib(dirs: list[str]) -> bool:
+def _under_python_lib(dirs: list[str], name: str) -> bool:
     """``lib/python3.11/`` (or Windows ``Lib/``): the interpreter's standard library."""
     for i, d in enumerate(dirs):
         if d.lower() in ("lib", "lib64") and i + 1 < len(dirs) and _PYTHON_DIR.match(dirs[i + 1]):
             return True
-    # ``C:\Python311\Lib\os.py``: Windows keeps the stdlib directly in ``Lib``.
-    return any(d == "Lib" and i > 0 and _PYTHON_DIR.match(dirs[i - 1]) for i, d in enumerate(dirs))
+    # ``C:\Python311\Lib\os.py``: Windows keeps the stdlib directly in ``Lib``; so does
+    # each conda environment (``D:\Anaconda3\envs\x\lib\json\decoder.py``), where only the
+    # module's name after ``Lib`` tells it from a project's own ``lib`` folder.
+    for i, d in enumerate(dirs):
+        if d.lower() != "lib" or i == 0:
+            continue
+        if d == "Lib" and _PYTHON_DIR.match(dirs[i - 1]):
+            return True
+        after = dirs[i + 1] if i + 1 < len(dirs) else name.rpartition(".")[0]
+        if _WINDOWS_PREFIX.match(dirs[0]) and after in sys.stdlib_module_names:
+            return True
+    return False
 
 
 def _names_known_package(path: str, dirs: list[str]) -> bool:
