@@ -133,3 +133,19 @@ def test_causes_that_explain_each_other_get_a_root_whatever_else_the_job_shows()
     assert "too-many-open-files" in {e.rule_id for e in report.primary.explains}
     assert "too-many-open-files" not in {c.rule_id for c in report.causes}
     assert "exception-print-lost" in {c.rule_id for c in report.causes}
+
+
+def test_a_rule_reading_a_cut_folds_into_the_finding_printed_before_the_cut() -> None:
+    # THUDM/ChatGLM-6B#1196 as posted (corpus case tune/zai-org-chatglm-6b-1196): datasets'
+    # JSON loader fails on a bad record ("Extra data"), then the paste repeats the traceback and
+    # is cut inside it. json-parse-cut-off reads the cut copy; the whole error printed before
+    # it is the finding, and the cut copy is one of its symptoms, as the cut fallback would be.
+    from pathlib import Path
+
+    from crashlens import analyze
+
+    case = Path(__file__).resolve().parents[1] / "corpus/tune/zai-org-chatglm-6b-1196"
+    report = analyze([case])
+    assert [c.rule_id for c in report.causes] == ["corrupt-json-sample"]
+    assert report.primary is not None
+    assert "json-parse-cut-off" in {e.rule_id for e in report.primary.explains}

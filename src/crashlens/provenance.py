@@ -154,9 +154,9 @@ KNOWN_PACKAGES = frozenset(
 )
 #: Directories that hold installed packages.
 _INSTALL_DIRS = frozenset({"site-packages", "dist-packages", ".eggs", "__pypackages__"})
-#: A Python version directory (``python3.11``, ``python3.8``, ``python312`` on Windows).
 #: A Windows drive (``C:``): the paths where the stdlib sits in ``<prefix>\\Lib``.
 _WINDOWS_PREFIX = lazyre.compile(r"[A-Za-z]:$")
+#: A Python version directory (``python3.11``, ``python3.8``, ``python312`` on Windows).
 _PYTHON_DIR = lazyre.compile(r"python\d(?:\.?\d+)?t?$", re.IGNORECASE)
 #: Sources that are a package's compiled or generated code, never a user's script.
 _NATIVE_SUFFIXES = (".pxi", ".pyx", ".pxd", ".so", ".pyd", ".c", ".cc", ".cpp", ".cu", ".h")
