@@ -532,3 +532,29 @@ ConnectionResetError: [Errno 104] Connection reset by peer
     # a message's own second line is still its own
     (two,) = assemble("ValueError: bad row 12\n  expected 3 columns\n").done
     assert two.exceptions[-1].message == "bad row 12\n  expected 3 columns"
+
+
+def _flattened(lines: list[str]) -> str:
+    """The log's (first) traceback as benchmarks/metamorphic.py's ``flattened`` writes it: its
+    header, indented lines and exception line joined with blanks."""
+    start = next(i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call"))
+    end = start + 1
+    while end < len(lines) and lines[end][:1].isspace():
+        end += 1
+    return " ".join(lines[start : end + 1])
+
+
+def test_a_flattened_traceback_ending_in_a_bare_or_lower_case_type() -> None:
+    # pytorch/vision#1446 (a MemoryError printed without a message) and RjDuan/AdvDrop#5 (a C
+    # module's lower-case ``struct.error``), verbatim corpus logs with their line breaks
+    # turned into blanks
+    from crashlens.parse.text import split_glued
+
+    for case, final in [
+        ("pytorch-vision-1446", "MemoryError"),
+        ("rjduan-advdrop-5", "struct.error"),
+    ]:
+        log = Path(__file__).parents[1] / "corpus/tune" / case / "console.log"
+        read = split_glued(_flattened(log.read_text().splitlines()))
+        assert read[-1].split(":")[0] == final, read[-2:]
+        assert read[-2].startswith("    ") and not read[-2].rstrip().endswith(final)

@@ -72,8 +72,17 @@ def split_glued(raw: str) -> tuple[str, ...]:
 #: A traceback flattened onto one line (a web form that dropped the line breaks and kept the
 #: indentation): ``Traceback (most recent call last):   File "t.py", line 3, in <module> ...``.
 _FLAT_START = lazyre.compile(r'Traceback \(most recent call last\):\s{2,}File "')
-#: How an exception's line starts: its (qualified) type and the colon.
-_EXCEPTION_START = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b: "
+#: How an exception's line starts: its (qualified) type and the colon; a C module's
+#: lower-case ``error`` / ``timeout`` too (``struct.error: unpack_from requires ...``).
+_EXCEPTION_START = (
+    r"(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)"
+    r"|(?:[A-Za-z_]\w*\.)+(?:error|timeout))\b: "
+)
+#: The last frame's source line with the exception's bare type after it, nothing more
+#: (``... out=out) MemoryError``): an exception printed without a message.
+_FLAT_BARE_END = lazyre.compile_regex(
+    r"(?P<code>.*\S)\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s*"
+)
 _FLAT_CUTS = lazyre.compile_regex(
     # (the exception's line and the next header had no indentation: one blank is enough)
     r"\s+(?=Traceback \(most recent call last\):)"
@@ -99,7 +108,8 @@ def unflatten(raw: str) -> tuple[str, ...]:
             out.append("  " + piece)
             code_next = True
         elif code_next and not _FLAT_EXCEPTION.match(piece):
-            out.append("    " + piece)
+            bare = _FLAT_BARE_END.fullmatch(piece) if piece is pieces[-1] else None
+            out.extend(("    " + bare["code"], bare["type"]) if bare else ("    " + piece,))
             code_next = False
         else:
             out.append(piece)
