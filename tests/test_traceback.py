@@ -558,3 +558,48 @@ def test_a_flattened_traceback_ending_in_a_bare_or_lower_case_type() -> None:
         read = split_glued(_flattened(log.read_text().splitlines()))
         assert read[-1].split(":")[0] == final, read[-2:]
         assert read[-2].startswith("    ") and not read[-2].rstrip().endswith(final)
+
+
+def test_a_dedented_paste_keeps_a_workers_frames_and_a_compile_errors_source(
+    tmp_path: Path,
+) -> None:
+    # Pastes that lost every line's indentation (benchmarks/metamorphic.py's `dedent`):
+    # WongKinYiu/yolov9#212 as posted (corpus case tune/wongkinyiu-yolov9-212: a DataLoader
+    # worker's IndexError in the user's augmentation code), and a real run importing a config
+    # with a syntax error (tests/captures/syntax_error_config.log), cut before its exception line.
+    from crashlens import analyze
+    from crashlens.model import user_frame
+
+    root = Path(__file__).parents[1]
+    worker = tmp_path / "worker" / "console.log"
+    worker.parent.mkdir()
+    text = (root / "corpus/tune/wongkinyiu-yolov9-212/console.log").read_text()
+    worker.write_text("".join(x.lstrip() for x in text.splitlines(True)))
+    report = analyze([worker.parent])
+    frame = user_frame(report.tracebacks[0])
+    assert frame is not None and (Path(frame.file).name, frame.function) == (
+        "augmentations.py",
+        "copy_paste",
+    )
+    assert report.primary is not None and report.primary.rule_id == "user-code-error"
+
+    compiled = tmp_path / "compiled" / "train.log"
+    compiled.parent.mkdir()
+    lines = (root / "tests/captures/syntax_error_config.log").read_text().splitlines(True)
+    compiled.write_text("".join(x.lstrip() for x in lines[:-1]))
+    report = analyze([compiled.parent])
+    assert report.tracebacks[-1].final.type == "SyntaxError"
+    assert report.primary is not None and report.primary.rule_id == "syntax-error"
+
+
+def test_a_frame_with_a_full_width_comma_names_its_function_and_no_compile_error() -> None:
+    # lm-sys/FastChat#390 as posted (corpus case tune/lm-sys-fastchat-390: a screenshot's text
+    # with full-width commas, its frames dedented, the paste cut inside torchrun's traceback):
+    # "line 762， in main" is a call's frame, not a compile error's location
+    from crashlens import analyze
+
+    case = Path(__file__).parents[1] / "corpus/tune/lm-sys-fastchat-390"
+    report = analyze([case])
+    final = report.tracebacks[-1].final
+    assert final.type != "SyntaxError"
+    assert [(f.line, f.function) for f in final.frames if f.line == 762] == [(762, "main")]

@@ -29,7 +29,8 @@ _CHAIN_MARKERS = (
 )
 #: Frames are indented by two spaces, except in web-pasted logs that lost their indentation.
 _FRAME = lazyre.compile_regex(
-    r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+))?'
+    # (a paste through a CJK input method can turn the comma before "in" full-width)
+    r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:[,\uff0c] ?in (?P<func>.+))?'
 )
 #: A frame line a paste kept although it lost the header above it.
 _BARE_FRAME = lazyre.compile_regex(
@@ -243,7 +244,12 @@ def _compile_error(frames: list[Frame]) -> bool:
 def _frame(m: regex.Match[str]) -> Frame:
     """A frame from a ``File "...", line N, in f`` match."""
     path = m["file"]
-    return Frame(path, int(m["line"]), (m["func"] or "").strip(), is_user_path(path))
+    func = (m["func"] or "").strip()
+    if not func and m.string[m.end() :].strip():
+        # text after the line number that is not ", in f": a function the paste garbled, not
+        # a compile error's location (which ends at the number)
+        func = "?"
+    return Frame(path, int(m["line"]), func, is_user_path(path))
 
 
 def _own_script(tb: PartialTraceback) -> None:
@@ -609,6 +615,10 @@ class TracebackAssembler:
             return True
         if looks_like_record(text):
             return False
+        if tb.code_next and tb.frames and not tb.frames[-1].function and not _exception_like(text):
+            # a compile error's location always prints its source line next (here dedented)
+            tb.source_line(text)
+            return True
         if tb.code_next and _SOURCE_NOT_TYPE.match(text):
             # a frame's source line that lost its indentation (a paste that dedented the
             # block): ``out: Dataset = func(self)`` reads like ``Type: message``, but no
@@ -666,9 +676,16 @@ class TracebackAssembler:
     def _on_embedded(self, lineno: int, text: str) -> bool:
         tb = self.current
         assert tb is not None
-        if not text.strip() or text[0].isspace():
+        frame = _FRAME.match(text.lstrip()) is not None
+        # A paste that lost the indentation still shows the worker's frames: a frame's line,
+        # then its source line, stay in the worker's traceback until its exception's line.
+        dedented = frame or (
+            tb.code_next and (not _exception_like(text) or _SOURCE_NOT_TYPE.match(text))
+        )
+        if not text.strip() or text[0].isspace() or dedented:
             if len(tb.exc_message) < MAX_MESSAGE_LINES:
                 tb.exc_message.append(text)
+            tb.code_next = frame
             return True
         if looks_like_record(text):
             return False
