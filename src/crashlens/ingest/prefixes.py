@@ -289,9 +289,10 @@ def strip(text: str, style: PrefixStyle) -> tuple[str, Prefix]:
 def _after_tee_label(text: str, pos: int) -> int:
     """Where ``text`` goes on after a test harness's ``stdout:``/``stderr:`` label at ``pos``
     (``print(label, line)`` put one blank after it), or ``pos`` when none is there."""
-    if not text.startswith(_TEE_LABELS, pos):
+    label = next((x for x in _TEE_LABELS if text.startswith(x, pos)), "")
+    if not label:
         return pos
-    pos += len(_TEE_LABELS[0])
+    pos += len(label)
     return pos + 1 if text.startswith(" ", pos) else pos
 
 

@@ -74,15 +74,11 @@ def split_glued(raw: str) -> tuple[str, ...]:
 _FLAT_START = lazyre.compile(r'Traceback \(most recent call last\):\s{2,}File "')
 #: How an exception's line starts: its (qualified) type and the colon; a C module's
 #: lower-case ``error`` / ``timeout`` too (``struct.error: unpack_from requires ...``).
-_EXCEPTION_START = (
-    r"(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)"
-    r"|(?:[A-Za-z_]\w*\.)+(?:error|timeout))\b: "
-)
+_EXCEPTION_TYPE = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)"
+_EXCEPTION_START = rf"(?:{_EXCEPTION_TYPE}|(?:[A-Za-z_]\w*\.)+(?:error|timeout))\b: "
 #: The last frame's source line with the exception's bare type after it, nothing more
 #: (``... out=out) MemoryError``): an exception printed without a message.
-_FLAT_BARE_END = lazyre.compile_regex(
-    r"(?P<code>.*\S)\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s*"
-)
+_FLAT_BARE_END = lazyre.compile_regex(rf"(?P<code>.*\S)\s+(?P<type>{_EXCEPTION_TYPE})\s*")
 _FLAT_CUTS = lazyre.compile_regex(
     # (the exception's line and the next header had no indentation: one blank is enough)
     r"\s+(?=Traceback \(most recent call last\):)"

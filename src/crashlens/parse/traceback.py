@@ -235,10 +235,15 @@ class PartialTraceback:
         self.twins -= 1
 
 
-def _compile_error(frames: list[Frame]) -> bool:
+def _compile_location(frames: list[Frame]) -> bool:
     """Whether the innermost frame is where the compiler stopped: ``File "x.py", line 27``
-    with no function (only a compile error's report prints one) and its source line."""
-    return bool(frames) and not frames[-1].function and bool(frames[-1].code)
+    with no function (only a compile error's report prints one)."""
+    return bool(frames) and not frames[-1].function
+
+
+def _compile_error(frames: list[Frame]) -> bool:
+    """A compile error's location with its source line: what was raised is a SyntaxError."""
+    return _compile_location(frames) and bool(frames[-1].code)
 
 
 def _frame(m: regex.Match[str]) -> Frame:
@@ -615,7 +620,7 @@ class TracebackAssembler:
             return True
         if looks_like_record(text):
             return False
-        if tb.code_next and tb.frames and not tb.frames[-1].function and not _exception_like(text):
+        if tb.code_next and _compile_location(tb.frames) and not _exception_like(text):
             # a compile error's location always prints its source line next (here dedented)
             tb.source_line(text)
             return True
@@ -642,6 +647,7 @@ class TracebackAssembler:
             return True
         if text.startswith("Original Traceback (most recent call last):"):
             tb.exc_message.append(text)
+            tb.code_next = False  # (the worker's frames start here, not the main process's)
             self.state = State.EMBEDDED
             return True
         if text.strip() in _CHAIN_MARKERS:
@@ -676,7 +682,7 @@ class TracebackAssembler:
     def _on_embedded(self, lineno: int, text: str) -> bool:
         tb = self.current
         assert tb is not None
-        frame = _FRAME.match(text.lstrip()) is not None
+        frame = _FRAME.match(text) is not None
         # A paste that lost the indentation still shows the worker's frames: a frame's line,
         # then its source line, stay in the worker's traceback until its exception's line.
         dedented = frame or (
