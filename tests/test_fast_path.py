@@ -249,3 +249,19 @@ def test_re2_holds_the_bundled_rules_literals_in_its_dfa(capfd: pytest.CaptureFi
     found = TriggerScanner(*base.literals, backend="re2").line_starts(block)
     assert "DFA out of memory" not in capfd.readouterr().err
     assert found == TriggerScanner(*base.literals, backend="re").line_starts(block)
+
+
+def test_a_last_exception_line_no_trigger_flags_is_read_on_the_fast_path(tmp_path: Path) -> None:
+    """A process whose output ends in a final exception line standing alone, of a class
+    named without "Error" (requests' ``ConnectTimeout``, as novitalabs/sd-webui-cleaner#15
+    posted it), after lines the fast path only skims: both paths read it as the ending."""
+    posted = (FIXTURES.parent / "rules/env/svc-http-host-unreachable/threads.log").read_text()
+    ending = [line for line in posted.splitlines() if not line.startswith("#")][:2]
+    assert ending[1].startswith("requests.exceptions.ConnectTimeout: ")
+    steps = [f"step {i} loss {1 / (i + 1):.4f}" for i in range(200_000)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join([*steps, *ending]) + "\n")
+    fast, slow = summary(path, fast=True), summary(path, fast=False)
+    assert fast == slow
+    assert fast["causes"][0][0] == "svc-http-host-unreachable"
+    assert fast["first"]["line"] == len(steps) + 2

@@ -701,6 +701,8 @@ class FileParser:
         #: One text for the tracebacks a writer repeated (pickled once when sent back).
         texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
+            if stream.assembler.current is None:
+                _read_last_words(stream)
             if stream.ring and stream.assembler.current is None:
                 stream.assembler.cut_header(*stream.ring[-1])
             stream.assembler.close()
@@ -728,6 +730,21 @@ class FileParser:
             sync=sync,
             fed_lines=self.fed,
         )
+
+
+def _read_last_words(stream: Stream) -> None:
+    """Offer the traceback assembler the writer's last lines it has not read.
+
+    The fast path reads whole only the lines a trigger flags and skims the rest; a final
+    exception line standing alone whose class says neither "Error" nor "Exception"
+    (``requests.exceptions.ConnectTimeout: ...``, ``torch._dynamo.exc.Unsupported: ...``)
+    flags nothing. How a process ended is in its last lines, so those are read as every
+    line is on the slow path, and both paths find the same ending.
+    """
+    seen = stream.assembler.last_line
+    for lineno, text in stream.ring.last(RING):
+        if lineno > seen:
+            stream.assembler.feed(lineno, text)
 
 
 def _step_marks(stream: Stream, clock: Clock) -> list[SyncMark]:

@@ -412,6 +412,8 @@ class TracebackAssembler:
         #: IPython's padded type alone on a line, and its line number (:data:`_IPY_TYPE_ALONE`)
         self._type_alone: tuple[int, str] | None = None
         self.blank_run = 0
+        #: The number of the last line offered (:meth:`feed`): lines after it were only skimmed.
+        self.last_line = 0
         self.done: list[PartialTraceback] = []
         self._handlers: dict[State, Callable[[int, str], bool]] = {
             State.FRAMES: self._on_frames,
@@ -427,6 +429,7 @@ class TracebackAssembler:
 
     def feed(self, lineno: int, text: str) -> bool:
         """Offer a line; returns True when the line belongs to a traceback."""
+        self.last_line = lineno
         if self.current is None:
             return self._maybe_start(lineno, text)
         tb = self.current
