@@ -701,7 +701,9 @@ class FileParser:
         #: One text for the tracebacks a writer repeated (pickled once when sent back).
         texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
-            if stream.assembler.current is None:
+            if stream.assembler.current is None and not (
+                stream.tb_done or stream.assembler.done or stream.fold
+            ):
                 _read_last_words(stream)
             if stream.ring and stream.assembler.current is None:
                 stream.assembler.cut_header(*stream.ring[-1])
@@ -733,13 +735,14 @@ class FileParser:
 
 
 def _read_last_words(stream: Stream) -> None:
-    """Offer the traceback assembler the writer's last lines it has not read.
+    """Offer the traceback assembler the last lines of a writer that showed no traceback.
 
     The fast path reads whole only the lines a trigger flags and skims the rest; a final
     exception line standing alone whose class says neither "Error" nor "Exception"
-    (``requests.exceptions.ConnectTimeout: ...``, ``torch._dynamo.exc.Unsupported: ...``)
-    flags nothing. How a process ended is in its last lines, so those are read as every
-    line is on the slow path, and both paths find the same ending.
+    (``requests.exceptions.ConnectTimeout: ...``) flags nothing. How a process ended is in its
+    last lines, so a writer with no traceback yet has its unread ones read as every line is
+    on the slow path, and both paths find the same ending. (A writer with one has an ending
+    already, and its retry rounds were folded without the assembler seeing them.)
     """
     seen = stream.assembler.last_line
     for lineno, text in stream.ring.last(RING):
