@@ -603,3 +603,18 @@ def test_a_frame_with_a_full_width_comma_names_its_function_and_no_compile_error
     final = report.tracebacks[-1].final
     assert final.type != "SyntaxError"
     assert [(f.line, f.function) for f in final.frames if f.line == 762] == [(762, "main")]
+
+
+def test_a_memory_error_alone_on_its_line_is_the_exception() -> None:
+    # nerogar/OneTrainer#835 as posted (corpus case tune/nerogar-onetrainer-835): CPython
+    # raises MemoryError without a message and prints the bare name; other bare words are prose
+    posted = (
+        Path(__file__).resolve().parents[1] / "corpus/tune/nerogar-onetrainer-835/console.log"
+    ).read_text(encoding="utf-8")
+    first = posted.splitlines()[0]
+    assert first == "MemoryError"
+    done = assemble(first + "\n").done
+    assert [(tb.exceptions[-1].type, tb.exceptions[-1].lineno) for tb in done] == [
+        ("MemoryError", 1)
+    ]
+    assert assemble("ValueError\nKeyboardError\n").done == []

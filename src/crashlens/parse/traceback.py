@@ -293,6 +293,9 @@ def _qualified_class(name: str) -> bool:
 
 
 _BARE_HINTS = ("Error", "Exception", "Interrupt", "Exit")
+#: Exceptions raised with no message as a rule, printed as the bare class name on a line of
+#: their own: CPython's allocator raises ``MemoryError`` so (PyErr_NoMemory).
+_PRINTED_ALONE = frozenset({"MemoryError"})
 #: Message lines a headerless exception may take (its own continuation, not the log after it).
 BARE_MESSAGE_LINES = 8
 
@@ -316,7 +319,7 @@ def _bare_exception(text: str) -> bool:
     m = _EXC_LINE.fullmatch(text)
     if m is None or m["type"] in ("Error", "Exception") or m["type"].endswith("Warning"):
         return False
-    if m["msg"] is None and "." not in m["type"]:
+    if m["msg"] is None and "." not in m["type"] and m["type"] not in _PRINTED_ALONE:
         # ``FileNotFoundError: `` with its message on the next lines is one (ultralytics does
         # that); a bare ``SomeError`` word with no colon is prose.
         return False
