@@ -788,3 +788,19 @@ def test_verbose_view_shows_the_users_stack_with_library_frames_folded() -> None
     short = render(report, "text").splitlines()
     at = short.index("  in your code: /home/alice/llm/model.py:84 in forward")
     assert short[at + 1].strip() == "h = self.act(self.fc_in(x))"
+
+
+def test_the_timeline_names_on_a_line_only_the_rules_that_held() -> None:
+    """The repro's gloo error (a RuntimeError) is what `gloo-peer-closed` says; the exception
+    detector of `reader-failed` hits every RuntimeError but its rule needs a reader's frame, so
+    the line does not carry it. A launcher's exit report that a teardown explained away keeps
+    its own line."""
+    report = analyze([FIXTURES / "repro/rank_exception_cascade"])
+    frame = report.timeline
+    signals = frame[frame["kind"] == "signal"]
+    gloo_lines = set(signals.loc[signals["signal"] == "gloo-peer-closed", "line"])
+    assert gloo_lines
+    on_them = set(signals.loc[signals["line"].isin(gloo_lines), "signal"])
+    assert "reader-failed" not in on_them and "rendezvous-setup-failed" not in on_them
+    teardown = analyze([FIXTURES / "gpu/nccl_timeout_cascade"]).timeline
+    assert "torchrun-child-failed" in set(teardown["signal"])

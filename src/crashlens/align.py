@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -451,9 +451,21 @@ def merge_ranks(summaries: list[RankSummary], failures: list[ChildFailure]) -> l
     return [merged[r] for r in sorted(merged)]
 
 
-def frame_of(timeline: Timeline) -> pd.DataFrame:
-    """The timeline's events as a pandas DataFrame (built on demand, for the report)."""
-    return build_frame(timeline.hits, timeline.tracebacks, timeline.failures)
+def frame_of(timeline: Timeline, held: Collection[str] | None = None) -> pd.DataFrame:
+    """The timeline's events as a pandas DataFrame (built on demand, for the report).
+
+    ``held``: the rules whose conditions held. On a line where one of them has a hit, the hits
+    of rules that did not hold are left out: an exception type a rule reads only with a
+    reader's frame on the stack is not what that line says. A line no held rule hit keeps its
+    hits (a launcher's exit report that a teardown explained away is still an event).
+    """
+    hits = timeline.hits
+    if held is not None:
+        said = {(h.evidence.file, h.evidence.line) for h in hits if h.rule_id in held}
+        hits = [
+            h for h in hits if h.rule_id in held or (h.evidence.file, h.evidence.line) not in said
+        ]
+    return build_frame(hits, timeline.tracebacks, timeline.failures)
 
 
 def build_frame(

@@ -523,7 +523,8 @@ class Session:
             if flight.missing:
                 missing = ", ".join(map(str, flight.missing))
                 notes.append(Note(f"no Flight Recorder dump for rank(s) {missing}"))
-        causes, first = rank(self.match(hits, timeline.facts), timeline)
+        matches = self.match(hits, timeline.facts)
+        causes, first = rank(matches, timeline)
         notes.extend(Note(f"detector {k} timed out and was skipped") for k in sorted(self.timeouts))
         notes = fold_notes(notes)
         return Report(
@@ -532,7 +533,7 @@ class Session:
             ranks=timeline.ranks,
             inputs=list(self.inputs),
             notes=notes,
-            timeline_builder=functools.partial(frame_of, timeline),
+            timeline_builder=functools.partial(frame_of, timeline, {m.rule.id for m in matches}),
             tracebacks=timeline.tracebacks,
             clock_skew=timeline.clock_skew,
             facts=timeline.facts,
