@@ -63,6 +63,10 @@ def scrub(text: str) -> str:
     # HTML offers a line break after each "/" of a path.
     text = text.replace(str(FIXTURES).replace("/", "/<wbr>"), "&lt;ROOT&gt;/<wbr>fixtures")
     text = re.sub(r"\b\d+ rules\b", "<N> rules", text)
+    text = re.sub(r'"rules_loaded": \d+', '"rules_loaded": "<N>"', text)
+    text = re.sub(
+        r"<dt>Rules loaded</dt><dd>\d+</dd>", "<dt>Rules loaded</dt><dd>&lt;N&gt;</dd>", text
+    )
     return text.replace(f"crashlens {__version__}", "crashlens <VERSION>")
 
 
