@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,6 +16,19 @@ from crashlens.session import SequentialRunner, Session
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+
+
+def benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module, loaded once (it is a script, not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
 
 # Hermetic runs: no parse cache of the bundled rules in the user's home (tests/test_rules_cache.py
 # points it at a directory of its own).

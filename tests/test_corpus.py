@@ -8,37 +8,24 @@ improvement), or when any crashed job would exit 0 or any healthy one exit 1.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from conftest import ROOT, benchmark
 from crashlens import analyze
 from crashlens.render import render
 from crashlens.report import Report
 from crashlens.rulebase import load_rules
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus"
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl"}
 
 
-def _accuracy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy"] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-accuracy = _accuracy()
+accuracy = benchmark("accuracy")
 CASES = accuracy.load_cases(CORPUS)
 
 

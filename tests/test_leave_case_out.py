@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
+from conftest import ROOT, benchmark
 from crashlens.rulebase import load_rules
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module() -> ModuleType:
-    path = ROOT / "benchmarks" / "leave_case_out.py"
-    spec = importlib.util.spec_from_file_location("leave_case_out", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["leave_case_out"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-loco = _module()
+loco = benchmark("leave_case_out")
 #: ostris/ai-toolkit#266 (a diffusers without AutoencoderKLWan): api-version-mismatch names it
 #: in its notes and holds its lines as a fixture.
 CITED = "ostris-ai-toolkit-266"

@@ -3,29 +3,15 @@ line) never changes the diagnosis of a real corpus case (``benchmarks/metamorphi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from conftest import benchmark
 from crashlens.rulebase import load_rules
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-accuracy = _load("accuracy")
-metamorphic = _load("metamorphic")
+accuracy = benchmark("accuracy")
+metamorphic = benchmark("metamorphic")
 RULES = load_rules()
 RIGHT = metamorphic.diagnosed_right(accuracy.load_cases(accuracy.CORPUS, ("tune",)), RULES)
 

@@ -140,11 +140,10 @@ def test_a_rule_reading_a_cut_folds_into_the_finding_printed_before_the_cut() ->
     # JSON loader fails on a bad record ("Extra data"), then the paste repeats the traceback and
     # is cut inside it. json-parse-cut-off reads the cut copy; the whole error printed before
     # it is the finding, and the cut copy is one of its symptoms, as the cut fallback would be.
-    from pathlib import Path
-
+    from conftest import ROOT
     from crashlens import analyze
 
-    case = Path(__file__).resolve().parents[1] / "corpus/tune/zai-org-chatglm-6b-1196"
+    case = ROOT / "corpus/tune/zai-org-chatglm-6b-1196"
     report = analyze([case])
     assert [c.rule_id for c in report.causes] == ["corrupt-json-sample"]
     assert report.primary is not None

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import ROOT, benchmark
+from crashlens import analyze
+from crashlens.model import user_frame
+from crashlens.parse.text import split_glued
 from crashlens.parse.traceback import TracebackAssembler
 
 
@@ -535,26 +539,21 @@ ConnectionResetError: [Errno 104] Connection reset by peer
 
 
 def _flattened(lines: list[str]) -> str:
-    """The log's (first) traceback as benchmarks/metamorphic.py's ``flattened`` writes it: its
+    """The log's first traceback as benchmarks/metamorphic.py's ``flattened`` writes it: its
     header, indented lines and exception line joined with blanks."""
-    start = next(i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call"))
-    end = start + 1
-    while end < len(lines) and lines[end][:1].isspace():
-        end += 1
-    return " ".join(lines[start : end + 1])
+    flat = benchmark("metamorphic").FILE_TRANSFORMS["flattened"](lines)
+    return str(next(x for x in flat if x.startswith("Traceback (most recent call")))
 
 
 def test_a_flattened_traceback_ending_in_a_bare_or_lower_case_type() -> None:
     # pytorch/vision#1446 (a MemoryError printed without a message) and RjDuan/AdvDrop#5 (a C
     # module's lower-case ``struct.error``), verbatim corpus logs with their line breaks
     # turned into blanks
-    from crashlens.parse.text import split_glued
-
     for case, final in [
         ("pytorch-vision-1446", "MemoryError"),
         ("rjduan-advdrop-5", "struct.error"),
     ]:
-        log = Path(__file__).parents[1] / "corpus/tune" / case / "console.log"
+        log = ROOT / "corpus/tune" / case / "console.log"
         read = split_glued(_flattened(log.read_text().splitlines()))
         assert read[-1].split(":")[0] == final, read[-2:]
         assert read[-2].startswith("    ") and not read[-2].rstrip().endswith(final)
@@ -567,13 +566,9 @@ def test_a_dedented_paste_keeps_a_workers_frames_and_a_compile_errors_source(
     # WongKinYiu/yolov9#212 as posted (corpus case tune/wongkinyiu-yolov9-212: a DataLoader
     # worker's IndexError in the user's augmentation code), and a real run importing a config
     # with a syntax error (tests/captures/syntax_error_config.log), cut before its exception line.
-    from crashlens import analyze
-    from crashlens.model import user_frame
-
-    root = Path(__file__).parents[1]
     worker = tmp_path / "worker" / "console.log"
     worker.parent.mkdir()
-    text = (root / "corpus/tune/wongkinyiu-yolov9-212/console.log").read_text()
+    text = (ROOT / "corpus/tune/wongkinyiu-yolov9-212/console.log").read_text()
     worker.write_text("".join(x.lstrip() for x in text.splitlines(True)))
     report = analyze([worker.parent])
     frame = user_frame(report.tracebacks[0])
@@ -585,7 +580,7 @@ def test_a_dedented_paste_keeps_a_workers_frames_and_a_compile_errors_source(
 
     compiled = tmp_path / "compiled" / "train.log"
     compiled.parent.mkdir()
-    lines = (root / "tests/captures/syntax_error_config.log").read_text().splitlines(True)
+    lines = (ROOT / "tests/captures/syntax_error_config.log").read_text().splitlines(True)
     compiled.write_text("".join(x.lstrip() for x in lines[:-1]))
     report = analyze([compiled.parent])
     assert report.tracebacks[-1].final.type == "SyntaxError"
@@ -596,9 +591,7 @@ def test_a_frame_with_a_full_width_comma_names_its_function_and_no_compile_error
     # lm-sys/FastChat#390 as posted (corpus case tune/lm-sys-fastchat-390: a screenshot's text
     # with full-width commas, its frames dedented, the paste cut inside torchrun's traceback):
     # "line 762， in main" is a call's frame, not a compile error's location
-    from crashlens import analyze
-
-    case = Path(__file__).parents[1] / "corpus/tune/lm-sys-fastchat-390"
+    case = ROOT / "corpus/tune/lm-sys-fastchat-390"
     report = analyze([case])
     final = report.tracebacks[-1].final
     assert final.type != "SyntaxError"
@@ -608,9 +601,7 @@ def test_a_frame_with_a_full_width_comma_names_its_function_and_no_compile_error
 def test_a_memory_error_alone_on_its_line_is_the_exception() -> None:
     # nerogar/OneTrainer#835 as posted (corpus case tune/nerogar-onetrainer-835): CPython
     # raises MemoryError without a message and prints the bare name; other bare words are prose
-    posted = (
-        Path(__file__).resolve().parents[1] / "corpus/tune/nerogar-onetrainer-835/console.log"
-    ).read_text(encoding="utf-8")
+    posted = (ROOT / "corpus/tune/nerogar-onetrainer-835/console.log").read_text(encoding="utf-8")
     first = posted.splitlines()[0]
     assert first == "MemoryError"
     done = assemble(first + "\n").done
