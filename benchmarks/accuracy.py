@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -45,6 +46,23 @@ CORPUS = ROOT / "corpus"
 BASELINE = CORPUS / "baseline.json"
 PARTS = ("tune", "validation")
 LABELS = (*CAUSE_CLASSES, "none")
+
+
+#: A public thread named in a rule file or fixture: "owner/repo#123" or its GitHub URL.
+THREAD = re.compile(
+    r"(?<![\w.-])([A-Za-z0-9][\w.-]*)/([\w.-]+)#(\d+)"
+    r"|github\.com/([\w.-]+)/([\w.-]+)/(?:issues|pull|discussions)/(\d+)"
+)
+
+
+def threads_named(text: str) -> set[str]:
+    """The threads ``text`` names, spelled as a corpus case's id spells its thread
+    (``owner-repo-number``, lower case)."""
+    named = set()
+    for m in THREAD.finditer(text):
+        owner, repo, number = (g for g in m.groups() if g is not None)
+        named.add(f"{owner}-{repo}-{number}".lower())
+    return named
 
 
 def part_of(case_id: str) -> str:

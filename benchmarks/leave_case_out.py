@@ -2,9 +2,11 @@
 
 A rule names where its formats and fixtures come from: a thread (``owner/repo#N`` or its URL)
 or a corpus case (``tune/<id>``), in its ``notes:``, its fixtures or a fixture folder's
-``SOURCE.md``. Analysing a tune case with the rules that cite it switched off tells whether the
-rest of the rule base would have found it: the share of tune that rests on rules written from
-the very case, and the misses that only a more general mechanism fixes. It is a tune-only
+``SOURCE.md`` (threads read as ``tests/test_corpus.py`` reads them to mark validation cases
+seen: :func:`accuracy.threads_named`). Analysing a tune case with the rules that cite it
+switched off tells whether the rest of the rule base would have found it: the share of tune
+that rests on rules written from the very case, and the misses that only a more general
+mechanism fixes. It is a tune-only
 estimate of how a change carries to logs nobody tuned on, to read before the validation part
 (which it never opens).
 
@@ -24,19 +26,25 @@ from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import CORPUS, Case, Outcome, load_cases, score
+from accuracy import CORPUS, Case, Outcome, load_cases, score, threads_named
 
 from crashlens import analyze
 from crashlens.rulebase import RuleSet, load_rules
 
 #: Files of a rule's fixture folder that can name a source.
 _SOURCE_SUFFIXES = (".log", ".txt", ".out", ".err", ".md", ".yaml")
-_THREAD = re.compile(r"github\.com/([^/\s]+)/([^/\s]+)/(?:issues|pull|discussions)/(\d+)")
+#: A corpus case named by its part and id ("corpus case tune/ostris-ai-toolkit-266").
+_CASE_REF = re.compile(r"\b(?:tune|validation)/([\w.-]+)")
 
 
-def rule_texts(rules: RuleSet) -> dict[str, str]:
-    """Each rule's file and fixture folder as one lower-cased text (what it cites)."""
-    out: dict[str, str] = {}
+def cited_in(text: str) -> set[str]:
+    """The corpus cases ``text`` names, by id: its threads, spelled as ids, and ``tune/<id>``."""
+    return threads_named(text) | {m[1].lower() for m in _CASE_REF.finditer(text)}
+
+
+def rule_citations(rules: RuleSet) -> dict[str, set[str]]:
+    """The cases each rule cites, from its file and its fixture folder."""
+    out: dict[str, set[str]] = {}
     for rule in rules.rules:
         path = Path(rule.path)
         parts = [path.read_text(encoding="utf-8", errors="replace")]
@@ -47,32 +55,28 @@ def rule_texts(rules: RuleSet) -> dict[str, str]:
                 for f in sorted(folder.rglob("*"))
                 if f.is_file() and f.suffix in _SOURCE_SUFFIXES
             ]
-        out[rule.id] = "\n".join(parts).lower()
+        out[rule.id] = cited_in("\n".join(parts))
     return out
 
 
-def case_keys(case: Case) -> list[str]:
-    """How a rule would cite ``case``: ``tune/<id>``, and its thread as ``owner/repo#N``."""
-    keys = [f"tune/{case.id}".lower()]
-    m = _THREAD.search(case.source)
-    if m:
-        keys.append(f"{m[1]}/{m[2]}#{m[3]}".lower())
-        keys.append(m[0].lower())
-    return keys
+def case_keys(case: Case) -> set[str]:
+    """How a rule would cite ``case``: its id, and its thread spelled as an id (the two differ
+    where the thread's repository moved since)."""
+    return {case.id.lower(), *threads_named(case.source)}
 
 
-def citing(case: Case, texts: dict[str, str]) -> list[str]:
+def citing(case: Case, citations: dict[str, set[str]]) -> list[str]:
     """The rules that cite ``case`` (written from it, or holding it as a fixture)."""
     keys = case_keys(case)
-    return sorted(rule_id for rule_id, text in texts.items() if any(k in text for k in keys))
+    return sorted(rule_id for rule_id, cited in citations.items() if cited & keys)
 
 
 def run(cases: Iterable[Case], rules: RuleSet) -> list[tuple[Outcome, list[str]]]:
     """Each case scored with the rules that cite it switched off, and those rules."""
-    texts = rule_texts(rules)
+    citations = rule_citations(rules)
     out = []
     for case in cases:
-        off = citing(case, texts)
+        off = citing(case, citations)
         out.append((score(case, analyze([case.path], rules, disable=off)), off))
     return out
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any
 
 import pytest
@@ -148,22 +147,12 @@ def test_seen_validation_cases_are_reported_apart(results: dict[str, Any]) -> No
     assert unseen["cases"] == results["validation"]["summary"]["cases"] - len(seen)
 
 
-#: A public thread named in a rule file or fixture: "owner/repo#123" or its GitHub URL.
-_THREAD = (
-    r"(?<![\w.-])([A-Za-z0-9][\w.-]*)/([\w.-]+)#(\d+)"
-    r"|github\.com/([\w.-]+)/([\w.-]+)/(?:issues|pull)/(\d+)"
-)
-
-
 def test_a_validation_thread_read_for_a_rule_is_marked_seen() -> None:
     # A rule written from (or tested on) a validation case's thread has seen that case: it is
     # reported apart, whoever wrote the rule and whenever.
     named: set[str] = set()
     for path in (ROOT / "rules").rglob("*"):
         if path.is_file():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            for m in re.finditer(_THREAD, text):
-                owner, repo, number = (g for g in m.groups() if g is not None)
-                named.add(f"{owner}-{repo}-{number}".lower())
+            named |= accuracy.threads_named(path.read_text(encoding="utf-8", errors="replace"))
     unmarked = [c.id for c in CASES if c.part == "validation" and c.id in named and not c.seen]
     assert not unmarked, unmarked

@@ -18,10 +18,15 @@ def _case(case_id: str) -> object:
 
 def test_a_case_is_cited_by_its_thread_and_its_corpus_id() -> None:
     case = _case(CITED)
-    assert "ostris/ai-toolkit#266" in loco.case_keys(case)
-    texts = {"by-thread": "fixture of ostris/ai-toolkit#266 as posted", "other": "a/b#266"}
-    assert loco.citing(case, texts) == ["by-thread"]
-    assert loco.citing(case, {"by-id": f"corpus case tune/{CITED}"}) == ["by-id"]
+    assert "ostris-ai-toolkit-266" in loco.case_keys(case)
+    citations = {
+        "by-thread": loco.cited_in("fixture of ostris/ai-toolkit#266 as posted"),
+        "by-url": loco.cited_in("https://github.com/ostris/ai-toolkit/issues/266"),
+        # another thread whose number starts with the same digits, another repository's #266
+        "other": loco.cited_in("ostris/ai-toolkit#2660, a/b#266"),
+        "by-id": loco.cited_in(f"corpus case tune/{CITED}"),
+    }
+    assert loco.citing(case, citations) == ["by-id", "by-thread", "by-url"]
 
 
 def test_a_cited_case_is_scored_without_the_rules_written_from_it() -> None:
