@@ -701,10 +701,7 @@ class FileParser:
         #: One text for the tracebacks a writer repeated (pickled once when sent back).
         texts: dict[tuple[str, ...], str] = {}
         for stream in self.streams.values():
-            if stream.assembler.current is None and not (
-                stream.tb_done or stream.assembler.done or stream.fold
-            ):
-                _read_last_words(stream)
+            _read_last_words(stream)
             if stream.ring and stream.assembler.current is None:
                 stream.assembler.cut_header(*stream.ring[-1])
             stream.assembler.close()
@@ -744,10 +741,13 @@ def _read_last_words(stream: Stream) -> None:
     on the slow path, and both paths find the same ending. (A writer with one has an ending
     already, and its retry rounds were folded without the assembler seeing them.)
     """
-    seen = stream.assembler.last_line
+    asm = stream.assembler
+    if asm.current is not None or asm.done or stream.tb_done or stream.fold:
+        return
+    seen = asm.last_line
     for lineno, text in stream.ring.last(RING):
         if lineno > seen:
-            stream.assembler.feed(lineno, text)
+            asm.feed(lineno, text)
 
 
 def _step_marks(stream: Stream, clock: Clock) -> list[SyncMark]:
