@@ -17,6 +17,7 @@ names the tune cases that change.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Callable
@@ -26,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy
 
-from crashlens import analyze
 from crashlens.rulebase import RuleSet, load_rules
 
 
@@ -115,12 +115,12 @@ def changed(right: list[accuracy.Case], name: str, rules: RuleSet, tmp: Path) ->
     broke = []
     for case in right:
         copy = rewrite(case.path, tmp / name / case.id, name)
-        report = analyze([copy], rules)
+        report = accuracy.analyze_case(dataclasses.replace(case, path=copy), rules)
         labels = {case.cause, *case.acceptable}
         if case.cause == "none":
             ok = not report.failed
         else:
-            ok = bool(report.causes) and report.causes[0].match.rule.cls in labels
+            ok = bool(report.causes) and report.causes[0].cls in labels
         if not ok:
             broke.append(case.id)
     return broke

@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from conftest import ROOT, benchmark
-from crashlens import analyze
 from crashlens.render import render
 from crashlens.report import Report
 from crashlens.rulebase import load_rules
@@ -33,7 +32,7 @@ def reports() -> dict[str, Report]:
     """Every case analysed once, with the bundled rules loaded once: the figures and the
     per-case checks below read the same reports."""
     rules = load_rules()
-    return {case.id: analyze([case.path], rules) for case in CASES}
+    return {case.id: accuracy.analyze_case(case, rules) for case in CASES}
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +126,21 @@ def test_the_ratchet_holds_every_case_and_every_right_diagnosis() -> None:
     assert any("b is in the baseline" in p for p in accuracy.regressions(shrunk, baseline))
     worse = _results([_outcome("a", "tune", False), _outcome("b", "validation", True)])
     assert any("tune/a: was diagnosed right" in p for p in accuracy.regressions(worse, baseline))
+
+
+def test_a_loss_is_accepted_only_by_name_and_never_lowers_a_figure() -> None:
+    before = _results([_outcome("a", "tune", True), _outcome("b", "tune", False)])
+    baseline = accuracy.baseline_of(before)
+    # a trades its place with b: named, the loss passes, the part's figure the same
+    traded = _results([_outcome("a", "tune", False), _outcome("b", "tune", True)])
+    assert accuracy.regressions(traded, baseline, frozenset({"tune/a"})) == []
+    assert accuracy.regressions(traded, baseline, frozenset({"tune/b"})) != []
+    # named, but the part falls: the figure still holds the line
+    fallen = _results([_outcome("a", "tune", False), _outcome("b", "tune", False)])
+    assert accuracy.regressions(fallen, baseline, frozenset({"tune/a"})) == [
+        "tune: top1 0.0 < baseline 0.5",
+        "tune: top3 0.0 < baseline 0.5",
+    ]
 
 
 def test_a_new_silent_crash_waits_for_its_record_and_a_recorded_case_may_not_go_silent() -> None:

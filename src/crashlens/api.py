@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from crashlens.config import Config
 from crashlens.report import Report
+from crashlens.resemble import KnownReports
 from crashlens.rulebase import RuleSet
 from crashlens.session import (
     ForkRunner,
@@ -32,6 +33,7 @@ def analyze(
     disable: Sequence[str] = (),
     strict_rules: bool = False,
     parallel: bool = True,
+    known_reports: KnownReports | None = None,
 ) -> Report:
     """Diagnose the crashed job whose logs are under ``paths``.
 
@@ -46,6 +48,8 @@ def analyze(
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
         parallel: read large inputs in forked worker processes (:class:`ForkRunner`);
             ``False`` reads every file in this process.
+        known_reports: the labelled reports a fallback's failure is compared with
+            (:mod:`crashlens.resemble`); ``None`` is the bundled index.
 
     Returns:
         The :class:`Report`; ``render(report, "json")`` etc. produce the output formats.
@@ -59,7 +63,9 @@ def analyze(
     runner = ForkRunner() if parallel else SequentialRunner()
     if isinstance(rules, RuleSet):
         ruleset = Config(disable=tuple(disable)).apply(rules)
-        session = Session(ruleset, skew=dict(skew or {}), fast=fast, runner=runner)
+        session = Session(
+            ruleset, skew=dict(skew or {}), fast=fast, runner=runner, known=known_reports
+        )
     else:
         session = Session.configured(
             list(rules or []),
@@ -69,4 +75,5 @@ def analyze(
             fast=fast,
             runner=runner,
         )
+        session.known = known_reports
     return session.read_paths(paths, progress).finish()

@@ -682,6 +682,33 @@ class FirstFailure:
         return " (hang)" if self.kind == "hang" else ""
 
 
+@dataclass(frozen=True, slots=True)
+class KnownReport:
+    """A labelled crash report of the corpus' tune part: its thread and its diagnosed class."""
+
+    source: str
+    cls: str
+    #: The exception line (or the last line read) the report ended in, as its log printed it.
+    exception: str
+
+    def __reduce__(self) -> _Call:
+        return _constructor_call(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Resemblance:
+    """What a cause no rule names resembles among known reports (:mod:`crashlens.resemble`)."""
+
+    #: The most likely class, and its share of the likelihood over every class (0..1].
+    cls: str
+    share: float
+    #: The known reports of that class closest to this one, nearest first.
+    reports: tuple[KnownReport, ...]
+
+    def __reduce__(self) -> _Call:
+        return _constructor_call(self)
+
+
 @dataclass(slots=True)
 class Cause:
     """A ranked finding: a root cause, or an unexplained symptom when no cause is visible."""
@@ -697,6 +724,21 @@ class Cause:
     remediation: str = ""
     #: The innermost frame of the user's code in the fatal traceback (``{user_frame}``).
     user_frame: Frame | None = None
+    #: For a fallback no rule's words name (``resemble: true``), the known reports it resembles.
+    resemblance: Resemblance | None = None
+
+    @property
+    def cls(self) -> str:
+        """The class this finding states: its rule's, or what its resemblance makes likely."""
+        return self.resemblance.cls if self.resemblance is not None else self.match.rule.cls
+
+    @property
+    def class_label(self) -> str:
+        """The class as a report states it: ``likely <class>`` where only a resemblance to
+        known reports says it (:mod:`crashlens.resemble`)."""
+        if self.resemblance is None or self.resemblance.cls == self.match.rule.cls:
+            return self.cls
+        return f"likely {self.cls}"
 
     @property
     def rule_id(self) -> str:
@@ -820,6 +862,14 @@ def chain_origin(chain: Sequence[ExceptionInfo], at: int = -1) -> Origin:
     ):
         return "called"
     return where
+
+
+def judged_origin(chain: Sequence[ExceptionInfo]) -> Origin:
+    """Where the exception a chain is judged by was raised: the one that escaped or, when the
+    log ends inside the chain, the one before the cut (what was raised while handling it is
+    not known)."""
+    where = chain_origin(chain)
+    return chain_origin(chain, len(chain) - 2) if where == "cut" and len(chain) > 1 else where
 
 
 def user_frame(tb: Traceback) -> Frame | None:

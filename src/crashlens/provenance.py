@@ -204,6 +204,32 @@ def provenance(path: str) -> Provenance:
     return "user"
 
 
+def module_parts(path: str) -> tuple[str, ...]:
+    """The module a frame's ``path`` is, as far as the path says: an installed package's
+    module from the package down (``.../site-packages/transformers/trainer.py`` ->
+    ``("transformers", "trainer")``), the stdlib's by its name (``<frozen runpy>`` ->
+    ``("runpy",)``), a known package's from its segment down; anything else (the user's
+    script, a pseudo-file) by its file's stem alone. Where the file sits on one machine
+    (home directories, environment names, Python versions) is not part of it."""
+    if path.startswith("<"):
+        return (path[8:].rstrip(">").strip(),) if path.startswith("<frozen ") else ()
+    parts = _segments(path)
+    if not parts:
+        return ()
+    dirs, stem = parts[:-1], parts[-1].rpartition(".")[0] or parts[-1]
+    starts = [i + 1 for i, d in enumerate(dirs) if d in _INSTALL_DIRS or d.endswith(".egg")]
+    starts += [
+        i + 2
+        for i, d in enumerate(dirs[:-1])
+        if d.lower() in ("lib", "lib64") and _PYTHON_DIR.match(dirs[i + 1])
+    ]
+    if not starts:
+        # a known package's checkout or relative path: from its last segment of that name
+        starts = [i for i, d in enumerate(dirs) if d in KNOWN_PACKAGES][-1:]
+    start = max(starts, default=len(dirs))
+    return tuple(d for d in (*dirs[start:], stem) if d != "__init__")
+
+
 def _in_conda_pkgs(dirs: list[str]) -> bool:
     """``.../pkgs/<name>-<version>-<build>/...``: conda's package cache."""
     return any(d == "pkgs" and i + 1 < len(dirs) and "-" in dirs[i + 1] for i, d in enumerate(dirs))

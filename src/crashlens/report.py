@@ -18,6 +18,7 @@ from crashlens.model import (
     InputFile,
     Note,
     RankSummary,
+    Resemblance,
     Traceback,
     iso,
     plural,
@@ -85,7 +86,7 @@ class Report:
             where = f" — rank {top.match.ranks[0]}"
         symptoms = sum(e.count for e in top.explains)
         tail = f"; {plural(symptoms, 'downstream symptom')} explained" if symptoms else ""
-        return f"{rule.title} ({rule.cls}){where}{tail}."
+        return f"{rule.title} ({top.class_label}){where}{tail}."
 
     @property
     def environment(self) -> dict[str, str]:
@@ -229,7 +230,7 @@ def _cause(c: Cause, sig: Signature) -> dict[str, Any]:
     rule = c.match.rule
     return {
         "rule": rule.id,
-        "class": rule.cls,
+        "class": c.cls,
         "title": rule.title,
         "kind": c.kind,
         "confidence": c.confidence,
@@ -251,9 +252,22 @@ def _cause(c: Cause, sig: Signature) -> dict[str, Any]:
         ],
         "remediation": c.remediation,
         "user_frame": _frame(c.user_frame),
+        "resemblance": _resemblance(c.resemblance),
         "signature": {"key": sig.key, "text": sig.text},
         "references": list(rule.references),
         "repro": rule.repro,
+    }
+
+
+def _resemblance(r: Resemblance | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "class": r.cls,
+        "share": r.share,
+        "reports": [
+            {"source": k.source, "class": k.cls, "exception": k.exception} for k in r.reports
+        ],
     }
 
 

@@ -154,6 +154,9 @@ class Rule:
     references: tuple[str, ...] = ()
     repro: str | None = None
     fallback: bool = False
+    #: A fallback whose class is refined by the known reports its traceback resembles
+    #: (:mod:`crashlens.resemble`): an exception no rule's words name.
+    resemble: bool = False
     tags: tuple[str, ...] = ()
     #: A field whose equal values mark the same moment on every rank (clock-skew basis).
     sync: str | None = None

@@ -70,6 +70,7 @@ from crashlens.parse import (
 from crashlens.parse.scan import BLOCK, TriggerScanner, ramp_points, range_blocks
 from crashlens.rank import rank
 from crashlens.report import Report
+from crashlens.resemble import KnownReports, resemble
 from crashlens.rulebase import RuleSet, load_rules
 
 Progress = Callable[[str, int], None]
@@ -296,6 +297,8 @@ class Session:
     runner: Runner = field(default_factory=ForkRunner)
     #: The compiled rules; built from ``rules`` when not given (or given for other rules).
     pack: RulePack | None = None
+    #: The known reports a fallback is compared with; ``None`` is the bundled index.
+    known: KnownReports | None = None
     matcher: LineMatcher = field(init=False)
     scanner: TriggerScanner | None = field(init=False)
     inputs: list[InputFile] = field(default_factory=list, init=False)
@@ -525,6 +528,7 @@ class Session:
                 notes.append(Note(f"no Flight Recorder dump for rank(s) {missing}"))
         matches = self.match(hits, timeline.facts)
         causes, first = rank(matches, timeline)
+        causes = resemble(causes, timeline, self.known)
         notes.extend(Note(f"detector {k} timed out and was skipped") for k in sorted(self.timeouts))
         notes = fold_notes(notes)
         return Report(

@@ -108,7 +108,7 @@ def signature(cause: Cause, tracebacks: list[Traceback] | tuple[Traceback, ...] 
     exception, message = _exception(cause, {tb.id: tb for tb in tracebacks})
     frame = cause.user_frame
     where = f"{_basename(frame.file)}:{frame.function}" if frame is not None else ""
-    cls = cause.match.rule.cls
+    cls = cause.cls
     message = normalise(message)
     digest = hashlib.sha256("\0".join((cls, exception, message, where)).encode()).hexdigest()
     return Signature(digest[:16], cls, exception, message, where)

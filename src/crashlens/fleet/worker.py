@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from crashlens import slurm
+from crashlens import resemble, slurm
 from crashlens._version import __version__
 from crashlens.errors import CrashlensError, NoInputError
 from crashlens.fleet.jobs import Job, filesystem
@@ -116,6 +116,10 @@ def rules_hash(rules: RuleSet) -> str:
                 sources[rule.path] = rule.path.encode()
     for path in sorted(sources):
         digest.update(hashlib.sha256(sources[path]).digest())
+    # The known reports refine a fallback's class (crashlens.resemble): a new index is a new
+    # diagnosis as much as a new rule is.
+    if resemble.BUNDLED.is_file():
+        digest.update(hashlib.sha256(resemble.BUNDLED.read_bytes()).digest())
     return digest.hexdigest()[:16]
 
 
@@ -346,7 +350,7 @@ def report_columns(report: Report) -> dict[str, Any]:
         rule = top.match.rule
         sig = report.signature(top)
         out.update(
-            cause_class=rule.cls,
+            cause_class=top.cls,
             rule=rule.id,
             title=rule.title,
             signature=sig.key,
@@ -382,7 +386,7 @@ def symptom_counts(report: Report) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for i, cause in enumerate(report.causes):
         if i > 0:
-            counts[cause.match.rule.cls] += len(cause.match.hits)
+            counts[cause.cls] += len(cause.match.hits)
         for e in cause.explains:
             counts[e.cls] += e.count
     return dict(sorted(counts.items()))
@@ -396,7 +400,7 @@ def _evidence(job_id: str, report: Report) -> Iterator[dict[str, Any]]:
                 "job_id": job_id,
                 "position": position,
                 "rule": cause.match.rule.id,
-                "cause_class": cause.match.rule.cls,
+                "cause_class": cause.cls,
                 "signature": sig,
                 "file": ev.file,
                 "line": ev.line,

@@ -12,7 +12,15 @@ from typing import Any
 
 from crashlens import lazyre
 from crashlens.ingest.unwrap import rejoined
-from crashlens.model import Evidence, Hit, Roles, Source, chain_origin, exception_text
+from crashlens.model import (
+    Evidence,
+    Hit,
+    Roles,
+    Source,
+    chain_origin,
+    exception_text,
+    judged_origin,
+)
 from crashlens.parse.clock import Clock
 from crashlens.parse.matcher import LineMatcher
 from crashlens.parse.state import (
@@ -153,7 +161,7 @@ class HitCollector:
         # A chain the log ends in: what was raised while handling the exceptions before the
         # cut is not known, so those exceptions are judged as the chain's end (the cut itself
         # stays a finding of its own).
-        before = chain_origin(tb.exceptions, last - 1) if where == "cut" and last else where
+        before = judged_origin(tb.exceptions)
         origin = [before] * last + [where]  # each exception's, by its place in the chain
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]

@@ -77,7 +77,7 @@ def _annotation(cause: Cause, *, primary: bool = False, root: Path | None = None
         props.append(f"file={gh_property(repo_relative(ev.file, root))}")
         if ev.line > 0:
             props.append(f"line={ev.line}")
-    title = f"crashlens: {rule.title} ({rule.cls})"
+    title = f"crashlens: {rule.title} ({cause.class_label})"
     props.append(f"title={gh_property(clean(title))}")
     return f"::{level} {','.join(props)}::{gh_data(_message(cause, ev))}"
 
@@ -146,11 +146,11 @@ def _testcase(suite: ET.Element, cause: Cause) -> None:
     case = ET.SubElement(
         suite,
         "testcase",
-        {"classname": f"crashlens.{rule.cls}", "name": rule.id, "time": "0"},
+        {"classname": f"crashlens.{cause.cls}", "name": rule.id, "time": "0"},
     )
     kind = "root cause" if cause.kind == "cause" else "symptom"
     message = f"{rule.title} ({kind}, confidence {cause.confidence:.2f})"
-    failure = ET.SubElement(case, "failure", {"message": xml_safe(message), "type": rule.cls})
+    failure = ET.SubElement(case, "failure", {"message": xml_safe(message), "type": cause.cls})
     failure.text = xml_safe(_details(cause))
 
 

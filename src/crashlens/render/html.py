@@ -23,7 +23,7 @@ from crashlens.render.common import clean, rank_list
 from crashlens.render.remedy import is_http_url, to_html
 
 if TYPE_CHECKING:
-    from crashlens.model import Cause, Evidence
+    from crashlens.model import Cause, Evidence, Resemblance
     from crashlens.report import Report
 
 CSP = (
@@ -171,7 +171,7 @@ def _cause(i: int, cause: Cause) -> str:
     kind_label = "root cause" if kind == "cause" else "symptom (no root cause visible)"
     ranks = cause.match.ranks
     meta = [
-        f'<span class="badge cls">{esc(rule.cls)}</span>',
+        f'<span class="badge cls">{esc(cause.class_label)}</span>',
         f'<span class="badge">rule <code>{esc(rule.id)}</code></span>',
         f'<span class="badge sev-{esc(rule.severity)}">severity {esc(rule.severity)}</span>',
         f'<span class="badge">{esc(kind_label)}</span>',
@@ -191,6 +191,8 @@ def _cause(i: int, cause: Cause) -> str:
     ]
     if rule.description:
         parts.append(f'<p class="desc">{esc(rule.description)}</p>')
+    if cause.resemblance is not None and cause.resemblance.reports:
+        parts.append(_resemblance(cause.resemblance))
     parts.append(f"<h4>Evidence</h4>\n{evidence}")
     if cause.explains:
         parts.append(_explains_table(cause))
@@ -206,6 +208,19 @@ def _cause(i: int, cause: Cause) -> str:
         parts.append(f'<h4>References</h4><ul class="refs">{refs}</ul>')
     parts.append("</article>")
     return "\n".join(parts)
+
+
+def _resemblance(r: Resemblance) -> str:
+    """What a fallback's failure resembles: the class's share, then the nearest reports."""
+    items = "".join(
+        f"<li>{_reference(k.source)}: <code>{esc(k.exception)}</code></li>" for k in r.reports
+    )
+    return (
+        f"<h4>Resembles known reports of {esc(r.cls)}</h4>"
+        f'<p class="desc">No rule names this failure; of the diagnosed reports it was compared '
+        f"with, those of {esc(r.cls)} hold {r.share:.0%} of the likelihood. Nearest first:</p>"
+        f'<ul class="refs">{items}</ul>'
+    )
 
 
 def _reference(ref: str) -> str:

@@ -93,7 +93,7 @@ def _table(report: Report) -> str:
         rule = c.match.rule
         kind = "" if c.kind == "cause" else " _(symptom)_"
         rows.append(
-            f"| {i} | {md_text(rule.title)}{kind} | {inline_code(rule.cls)} | "
+            f"| {i} | {md_text(rule.title)}{kind} | {inline_code(c.class_label)} | "
             f"{c.confidence:.2f} | {inline_code(rule.id)} | {rank_list(c.match.ranks)} |"
         )
     return "\n".join(rows)
@@ -101,7 +101,15 @@ def _table(report: Report) -> str:
 
 def _cause(i: int, cause: Cause) -> list[str]:
     rule = cause.match.rule
-    out = [f"### {i}. {md_text(rule.title)} ({inline_code(rule.cls)}, {cause.confidence:.2f})"]
+    label = inline_code(cause.class_label)
+    out = [f"### {i}. {md_text(rule.title)} ({label}, {cause.confidence:.2f})"]
+    if cause.resemblance is not None and cause.resemblance.reports:
+        r = cause.resemblance
+        items = [f"- {_link(k.source)}: {inline_code(k.exception)}" for k in r.reports]
+        out.append(
+            f"**Resembles** known reports of {inline_code(r.cls)} "
+            f"({r.share:.0%} of the likelihood), nearest first:\n" + "\n".join(items)
+        )
     for ev in cause.evidence[:MAX_EVIDENCE]:
         out.append(_evidence_head(ev))
         out.append(fence([*ev.context, ev.text]))

@@ -106,7 +106,7 @@ def payload(
         fields = [
             f"*Top cause*\n{slack_escape(rule.title)}",
             f"*Confidence*\n{top.confidence:.2f}",
-            f"*Class*\n`{slack_escape(rule.cls)}`",
+            f"*Class*\n`{slack_escape(top.class_label)}`",
             f"*Rule*\n`{slack_escape(rule.id)}`",
         ]
         blocks.append(

@@ -290,9 +290,10 @@ def _summary(report: Report, top: Cause) -> list[Row]:
     rule = top.match.rule
     label = "Cause: " if top.kind == "cause" else "Symptom (no root cause visible): "
     head = _text(rule.title, "bold")
-    head.append(f"  {rule.cls} · confidence {top.confidence:.2f} · ", "cyan")
+    head.append(f"  {top.class_label} · confidence {top.confidence:.2f} · ", "cyan")
     head.append(f"[{rule.id}]", "dim")
     rows = [Row(head, Text(label, "bold"))]
+    rows += _resemblance(top, verbose=False)
     if top.remediation:
         fixes, more = top_fixes(top.remediation)
         rows.append(Row(Text("Fix:", "bold")))
@@ -309,6 +310,19 @@ def _summary(report: Report, top: Cause) -> list[Row]:
     return rows
 
 
+def _resemblance(cause: Cause, *, verbose: bool, indent: int = 0) -> list[Row]:
+    """What a fallback's failure resembles: the class's share, then the nearest reports."""
+    r = cause.resemblance
+    if r is None or not r.reports:
+        return []
+    head = f"known reports of {r.cls} ({r.share:.0%} of the likelihood), nearest first:"
+    rows = [Row(_text(head), Text("Resembles: ", "bold"), indent=indent)]
+    for known in r.reports if verbose else r.reports[:1]:
+        line = f"{known.source}: {cut_words(known.exception, SHORT_MESSAGE)}"
+        rows.append(Row(_text(line, "dim"), Text("- "), indent=indent + 2))
+    return rows
+
+
 def _symptom_line(explains: list[Explained]) -> str:
     ordered = sorted(explains, key=lambda e: -e.count)
     parts = [f"{e.title} ×{e.count}{on_ranks(e.ranks)}" for e in ordered[:TOP_SYMPTOMS]]
@@ -322,11 +336,12 @@ def _cause_block(i: int, cause: Cause, ff: FirstFailure | None, marks: _Marks) -
     kind = "cause" if cause.kind == "cause" else "symptom (no root cause visible)"
     color = "bold red" if cause.kind == "cause" and i == 1 else "bold yellow"
     head = _text(f"#{i} {rule.title} — {kind}", color)
-    meta = f"{rule.cls} · confidence {cause.confidence:.2f} · severity {rule.severity}"
+    meta = f"{cause.class_label} · confidence {cause.confidence:.2f} · severity {rule.severity}"
     meta += f" · [{rule.id}]" + on_ranks(cause.match.ranks).replace(" on ", " · ", 1)
     rows = [Row(Text("")), Row(head), Row(_text(meta, "dim"), indent=2)]
     if cause.user_frame is not None:
         rows.append(Row(_text(str(cause.user_frame)), Text("In your code: ", "bold"), indent=2))
+    rows += _resemblance(cause, verbose=True, indent=2)
     rows.append(Row(Text("Evidence:", "bold"), indent=2))
     for ev in cause.evidence[:MAX_EVIDENCE_SHOWN]:
         rows += _evidence(ev, ff, marks)

@@ -77,7 +77,7 @@ class ReproResult:
     def top_class(self) -> str | None:
         """The class of the top-ranked cause, or None when nothing was found."""
         top = None if self.report is None else self.report.primary
-        return None if top is None else top.match.rule.cls
+        return None if top is None else top.cls
 
     @property
     def verdict(self) -> str:

@@ -40,8 +40,8 @@ from crashlens.ruletypes import (
 
 _RULE_KEYS = {
     "id", "title", "class", "severity", "kind", "description", "detectors", "condition",
-    "explains", "remediation", "references", "repro", "fallback", "tags", "sync", "when", "facts",
-    "notes",
+    "explains", "remediation", "references", "repro", "fallback", "resemble", "tags", "sync",
+    "when", "facts", "notes",
 }  # fmt: skip
 _DETECTOR_KEYS = {"regex", "scope", "sources", "contains", "ignore_case", "origin"}
 #: The pattern of a ``flight:`` detector: it never matches a line.
@@ -485,6 +485,8 @@ def build_rule(
     kind = str(data.get("kind", "cause"))
     if kind not in ("cause", "symptom"):
         raise _fail("kind must be 'cause' or 'symptom'", path, data)
+    if data.get("resemble") and not data.get("fallback"):
+        raise _fail("'resemble' refines a fallback: the rule needs 'fallback: true'", path, data)
     if fact_test is not None:
         if data.get("detectors") or "condition" in data:
             raise _fail("a rule with 'facts' has no 'detectors' or 'condition'", path, data)
@@ -512,6 +514,7 @@ def build_rule(
         references=_strings(data.get("references"), "references", path, data),
         repro=str(data["repro"]) if data.get("repro") else None,
         fallback=bool(data.get("fallback", False)),
+        resemble=bool(data.get("resemble", False)),
         tags=_strings(data.get("tags"), "tags", path, data),
         sync=str(data["sync"]) if data.get("sync") else None,
         when=when,

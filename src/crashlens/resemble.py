@@ -1,0 +1,215 @@
+"""Resemble stage: what a failure no rule names most resembles among known, labelled reports.
+
+A generic fallback (``resemble: true``: an uncaught exception no rule's words name, a log cut
+inside a traceback, an error the user's code led to) knows that a process died and where, not
+why. Crash reports that did get a diagnosis say a great deal about the ones that did not: an
+``AttributeError`` raised in ``transformers/`` with no frame of the user's was, in the threads
+where a maintainer answered, far more often two releases that do not fit together than a bug
+of the script. This stage compares the words of the fallback's traceback (the exception's type
+and message, the packages, files and functions of its frames, or the lines it cites where it
+has no traceback) with those of the labelled reports of the corpus' tune part, bundled as
+``known_reports.json`` (built by ``benchmarks/known_reports.py``; the validation part is never
+in it). A multinomial naive Bayes over those words gives the most likely class and its share of
+the likelihood; the reports of that class with the most words in common (weighted by how rare
+each word is) are cited, so the reader checks the guess against threads whose resolution is
+known. It refines the class only: the rule, its evidence and its remediation stay the
+fallback's, and a failure that shares no word with any known report is left as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
+
+from crashlens.model import Cause, KnownReport, Resemblance, Timeline, Traceback, judged_origin
+from crashlens.provenance import module_parts
+
+#: The bundled index, next to this module.
+BUNDLED = Path(__file__).with_name("known_reports.json")
+#: Classes a known report never teaches: a healthy run, and a cause its thread left open.
+UNTAUGHT = frozenset({"none", "unknown"})
+#: Laplace smoothing of the per-class word likelihoods (tuned on the tune part, leave-one-out).
+ALPHA = 0.1
+#: Known reports cited beside the class.
+CITED = 3
+#: The share of the likelihood a class needs to be called likely: more than all the others
+#: together. Below it the fallback stays as it was (on the tune part, leave-case-out, this
+#: costs 2 of the 852 right and keeps a coin toss from being stated as a diagnosis).
+MIN_SHARE = 0.5
+
+_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
+
+
+def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> frozenset[str]:
+    """The words a failure is compared by: for each exception of ``tracebacks``, its type
+    (``T:``), the words of its message (``w:``), the modules its frames are in (``p:``, by
+    package identity: :func:`~crashlens.provenance.module_parts`) and their functions
+    (``fn:``); with no traceback, the words of ``lines`` (``l:``)."""
+    out: set[str] = set()
+    for tb in tracebacks:
+        for exc in tb.exceptions:
+            out.add("T:" + exc.type.rsplit(".", 1)[-1])
+            out.update("w:" + w for w in _WORD.findall(exc.message.lower()))
+            for frame in exc.frames:
+                out.update("p:" + part for part in module_parts(frame.file))
+                if frame.function:
+                    out.add("fn:" + frame.function)
+    if not tracebacks:
+        for line in lines:
+            out.update("l:" + w for w in _WORD.findall(line.lower()))
+    return frozenset(out)
+
+
+def cause_tracebacks(cause: Cause, timeline_tracebacks: Sequence[Traceback]) -> list[Traceback]:
+    """The tracebacks the hits of ``cause`` name, in log order."""
+    ids = {h.traceback_id for h in cause.match.hits if h.traceback_id is not None}
+    return [tb for tb in timeline_tracebacks if tb.id in ids]
+
+
+def cause_features(cause: Cause, timeline_tracebacks: Sequence[Traceback]) -> frozenset[str]:
+    """The words of ``cause``: the tracebacks its hits name, else the lines it cites."""
+    tbs = cause_tracebacks(cause, timeline_tracebacks)
+    return features(tbs, (h.evidence.text for h in cause.match.hits))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Entry:
+    report: KnownReport
+    words: frozenset[str]
+
+
+class KnownReports:
+    """The labelled reports a failure is compared with, and the counts the comparison needs."""
+
+    def __init__(self, entries: Sequence[tuple[KnownReport, frozenset[str]]]) -> None:
+        self.entries = tuple(_Entry(r, w) for r, w in entries if r.cls not in UNTAUGHT and w)
+        self.per_class: Counter[str] = Counter(e.report.cls for e in self.entries)
+        self.word_counts: dict[str, Counter[str]] = {c: Counter() for c in self.per_class}
+        self.doc_freq: Counter[str] = Counter()
+        for e in self.entries:
+            self.word_counts[e.report.cls].update(e.words)
+            self.doc_freq.update(e.words)
+        self.class_words = {c: sum(n.values()) for c, n in self.word_counts.items()}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @classmethod
+    def load(cls, path: Path) -> KnownReports:
+        """An index written by :meth:`dump` (``benchmarks/known_reports.py``)."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(
+            [
+                (
+                    KnownReport(r["source"], r["class"], r["exception"]),
+                    frozenset(r["features"]),
+                )
+                for r in data["reports"]
+            ]
+        )
+
+    @staticmethod
+    def dump(entries: Iterable[tuple[KnownReport, frozenset[str]]]) -> str:
+        """The JSON of an index: one report per line, sorted, so a rebuild diffs cleanly."""
+        rows = sorted(
+            (
+                {
+                    "source": r.source,
+                    "class": r.cls,
+                    "exception": r.exception,
+                    "features": sorted(words),
+                }
+                for r, words in entries
+                if r.cls not in UNTAUGHT and words
+            ),
+            key=lambda row: (row["source"], row["exception"]),
+        )
+        body = ",\n".join("  " + json.dumps(row, ensure_ascii=False) for row in rows)
+        return '{"reports": [\n' + body + "\n]}\n"
+
+    def without(self, sources: Collection[str]) -> KnownReports:
+        """The index less the reports of ``sources`` (to score a report it holds fairly)."""
+        return KnownReports(
+            [(e.report, e.words) for e in self.entries if e.report.source not in sources]
+        )
+
+    def resemble(self, words: frozenset[str]) -> Resemblance | None:
+        """The most likely class of a failure with ``words``, and the reports it is nearest;
+        ``None`` when it shares no word with any known report or no class holds more than
+        half the likelihood (:data:`MIN_SHARE`)."""
+        known = [w for w in words if w in self.doc_freq]
+        if not known:
+            return None
+        total = len(self.entries)
+        vocabulary = len(self.doc_freq)
+        scores = {
+            c: math.log(n / total)
+            + sum(
+                math.log(
+                    (self.word_counts[c][w] + ALPHA) / (self.class_words[c] + ALPHA * vocabulary)
+                )
+                for w in known
+            )
+            for c, n in self.per_class.items()
+        }
+        best = max(scores, key=lambda c: (scores[c], c))
+        share = 1.0 / sum(math.exp(s - scores[best]) for s in scores.values())
+        if share <= MIN_SHARE:
+            return None
+        return Resemblance(best, round(share, 2), self.nearest(words, best))
+
+    def nearest(self, words: frozenset[str], cls: str) -> tuple[KnownReport, ...]:
+        """The reports of ``cls`` whose words are most like ``words`` (rare words weigh more)."""
+        total = len(self.entries)
+
+        def weight(w: str) -> float:
+            return math.log(total / (1 + self.doc_freq[w])) ** 2
+
+        norm = math.sqrt(sum(weight(w) for w in words if w in self.doc_freq)) or 1.0
+        scored = []
+        for e in self.entries:
+            if e.report.cls != cls:
+                continue
+            shared = words & e.words
+            if shared:
+                own = math.sqrt(sum(weight(w) for w in e.words)) or 1.0
+                scored.append((sum(weight(w) for w in shared) / norm / own, e.report.source, e))
+        scored.sort(key=lambda t: (-t[0], t[1]))
+        return tuple(e.report for _, _, e in scored[:CITED])
+
+
+@functools.cache
+def bundled() -> KnownReports:
+    """The index shipped with crashlens (empty when the file is missing)."""
+    return KnownReports.load(BUNDLED) if BUNDLED.is_file() else KnownReports([])
+
+
+def resemble(
+    causes: list[Cause], timeline: Timeline, known: KnownReports | None = None
+) -> list[Cause]:
+    """Give each ``resemble: true`` fallback among ``causes`` what it resembles (in place).
+
+    An exception raised in the user's own code is left to say so: its frame is where the fix
+    goes whatever other reports it resembles (on the tune part, every such finding the known
+    reports changed had been right)."""
+    todo = [
+        c
+        for c in causes
+        if c.match.rule.resemble
+        and not any(
+            judged_origin(tb.exceptions) == "user"
+            for tb in cause_tracebacks(c, timeline.tracebacks)
+        )
+    ]
+    if not todo:
+        return causes
+    index = bundled() if known is None else known
+    for cause in todo:
+        cause.resemblance = index.resemble(cause_features(cause, timeline.tracebacks))
+    return causes

@@ -1,0 +1,150 @@
+"""The resemble stage: a failure no rule names, compared with the known, labelled reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import FIXTURES, ROOT, benchmark
+from crashlens import analyze
+from crashlens.model import KnownReport
+from crashlens.provenance import module_parts
+from crashlens.render import render
+from crashlens.render.schema import load_schema
+from crashlens.resemble import BUNDLED, MIN_SHARE, KnownReports, bundled, features
+
+accuracy = benchmark("accuracy")
+known_reports = benchmark("known_reports")
+
+#: A real run (Python 3.11, `python -m base64 -d` on a text file): no frame of the user's, and
+#: no rule names "binascii.Error: Incorrect padding".
+BASE64 = ROOT / "rules" / "process" / "uncaught-exception" / "positive.log"
+
+
+def _report(cls: str, n: int, *words: str) -> tuple[KnownReport, frozenset[str]]:
+    return KnownReport(f"https://example.org/{cls}/{n}", cls, f"{cls} {n}"), frozenset(words)
+
+
+@pytest.mark.parametrize(
+    ("path", "parts"),
+    [
+        ("/root/.pyenv/versions/3.11.7/lib/python3.11/base64.py", ("base64",)),
+        ("<frozen runpy>", ("runpy",)),
+        (
+            "/opt/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py",
+            ("transformers", "models", "llama", "modeling_llama"),
+        ),
+        ("torch/distributed/distributed_c10d.py", ("torch", "distributed", "distributed_c10d")),
+        ("/home/u/transformers/src/transformers/trainer.py", ("transformers", "trainer")),
+        (r"C:\Users\x\Anaconda3\lib\site-packages\torch\nn\__init__.py", ("torch", "nn")),
+        ("/home/user/project/train.py", ("train",)),
+    ],
+)
+def test_a_frame_is_its_module_not_where_one_machine_keeps_it(
+    path: str, parts: tuple[str, ...]
+) -> None:
+    assert module_parts(path) == parts
+
+
+def test_a_failure_is_compared_by_its_exception_modules_and_functions() -> None:
+    report = analyze([BASE64], parallel=False)
+    words = features(report.tracebacks)
+    assert {"T:Error", "w:incorrect", "w:padding", "p:base64", "p:runpy", "fn:decode"} <= words
+    # the interpreter's place on the machine that ran it says nothing of the failure
+    assert not {"p:root", "p:versions", "p:3.11.7", "p:lib", "p:python3.11"} & words
+
+
+def test_the_likely_class_holds_most_of_the_likelihood_and_cites_its_nearest_reports() -> None:
+    index = KnownReports(
+        [
+            _report("version_mismatch", 1, "T:AttributeError", "w:attribute", "p:transformers"),
+            _report("version_mismatch", 2, "T:AttributeError", "w:attribute", "p:peft"),
+            _report("corrupt_data", 1, "T:ValueError", "w:json", "p:datasets"),
+            _report("corrupt_data", 2, "T:ValueError", "w:json", "p:pandas"),
+            _report("none", 1, "T:AttributeError", "p:transformers"),  # teaches nothing
+        ]
+    )
+    assert len(index) == 4
+    got = index.resemble(frozenset({"T:AttributeError", "p:transformers", "w:unheard"}))
+    assert got is not None and got.cls == "version_mismatch" and got.share > MIN_SHARE
+    assert [r.source for r in got.reports] == [
+        "https://example.org/version_mismatch/1",  # shares the package as well
+        "https://example.org/version_mismatch/2",
+    ]
+    assert index.resemble(frozenset({"w:unheard", "p:nowhere"})) is None
+    # one word of each of two classes as common: neither is more likely than the other
+    assert index.resemble(frozenset({"w:attribute", "w:json"})) is None
+    assert index.without({"https://example.org/corrupt_data/1"}).per_class == {
+        "version_mismatch": 2,
+        "corrupt_data": 1,
+    }
+
+
+def test_an_index_reads_back_what_it_wrote(tmp_path: Path) -> None:
+    entries = [_report("cuda_oom", 1, "T:OutOfMemoryError", "w:cuda"), _report("none", 2, "w:x")]
+    path = tmp_path / "known.json"
+    path.write_text(KnownReports.dump(entries), encoding="utf-8")
+    back = KnownReports.load(path)
+    assert [(e.report, e.words) for e in back.entries] == [entries[0]]
+
+
+def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles() -> None:
+    # LLaMA-Factory#3464 as posted (a tune case): an ImportError raised in transformers,
+    # called from the launcher's code; no rule names it, its thread's fix was a newer flash_attn
+    case = next(c for c in accuracy.load_cases() if c.id == "hiyouga-llamafactory-3464")
+    report = accuracy.analyze_case(case, accuracy.load_rules())
+    top = report.primary
+    assert top is not None and top.rule_id == "user-code-error"
+    assert top.resemblance is not None and top.cls == case.cause == "version_mismatch"
+    assert top.class_label == "likely version_mismatch"
+    tune = {c.source for c in accuracy.load_cases(parts=("tune",))}
+    cited = [r.source for r in top.resemblance.reports]
+    assert cited and case.source not in cited and set(cited) <= tune
+    assert all(r.cls == "version_mismatch" for r in top.resemblance.reports)
+    assert report.verdict.startswith("Uncaught exception in the training code (likely version_")
+
+
+def test_an_exception_raised_in_the_users_own_code_stays_theirs() -> None:
+    # a real torchrun run whose training step raises in the script itself
+    report = analyze([FIXTURES / "captured" / "user_code_error"], parallel=False)
+    top = report.primary
+    assert top is not None and top.rule_id == "user-code-error"
+    assert top.resemblance is None and top.cls == "user_code_error"
+
+
+def test_the_bundled_index_is_current_and_holds_no_validation_report() -> None:
+    assert BUNDLED.read_text(encoding="utf-8") == known_reports.build()
+    validation = {c.source for c in accuracy.load_cases(parts=("validation",))}
+    tune = {c.source for c in accuracy.load_cases(parts=("tune",))}
+    sources = {e.report.source for e in bundled().entries}
+    assert len(sources) > 500 and sources <= tune and not sources & validation
+
+
+def test_what_a_report_resembles_is_shown_as_data_in_every_format() -> None:
+    hostile = "<script>alert(1)</script> *bold* <!channel> ]]> `tick`"
+    index = KnownReports(
+        [
+            (KnownReport("https://example.org/t/1", "corrupt_data", hostile),
+             frozenset({"T:Error", "w:padding", "p:base64"})),
+            (KnownReport("javascript:alert(1)", "corrupt_data", "b"), frozenset({"w:padding"})),
+            (KnownReport("https://example.org/t/3", "cuda_oom", "c"), frozenset({"w:cuda"})),
+        ]
+    )  # fmt: skip
+    report = analyze([BASE64], known_reports=index, parallel=False)
+    top = report.primary
+    assert top is not None and top.resemblance is not None and top.cls == "corrupt_data"
+    html = render(report, "html")
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+    assert 'href="javascript:' not in html and 'href="https://example.org/t/1"' in html
+    assert "Resembles known reports of corrupt_data" in html
+    markdown = render(report, "markdown")
+    assert "**Resembles** known reports of `corrupt_data`" in markdown
+    assert "<script>" not in markdown.replace("`<script>", "")
+    assert "likely corrupt_data" in render(report, "text")
+    doc = json.loads(render(report, "json"))
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    assert doc["causes"][0]["class"] == "corrupt_data"
+    assert doc["causes"][0]["resemblance"]["reports"][0]["exception"] == hostile
