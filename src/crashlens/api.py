@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from crashlens.config import Config
 from crashlens.report import Report
-from crashlens.resemble import KnownReports
 from crashlens.rulebase import RuleSet
 from crashlens.session import (
     ForkRunner,
@@ -19,6 +19,9 @@ from crashlens.session import (
     Session,
     input_size,
 )
+
+if TYPE_CHECKING:
+    from crashlens.resemble import KnownReports
 
 __all__ = ["Progress", "analyze", "input_size"]
 

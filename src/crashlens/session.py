@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    from crashlens.resemble import KnownReports
+
 from crashlens._version import __version__
 from crashlens.align import align, frame_of
 from crashlens.collectives import analyze as match_collectives
@@ -70,7 +72,6 @@ from crashlens.parse import (
 from crashlens.parse.scan import BLOCK, TriggerScanner, ramp_points, range_blocks
 from crashlens.rank import rank
 from crashlens.report import Report
-from crashlens.resemble import KnownReports, resemble
 from crashlens.rulebase import RuleSet, load_rules
 
 Progress = Callable[[str, int], None]
@@ -528,7 +529,11 @@ class Session:
                 notes.append(Note(f"no Flight Recorder dump for rank(s) {missing}"))
         matches = self.match(hits, timeline.facts)
         causes, first = rank(matches, timeline)
-        causes = resemble(causes, timeline, self.known)
+        if any(c.match.rule.resemble for c in causes):
+            # only a job that ends in a fallback pays for the comparison (a 0.5 MB index)
+            from crashlens.resemble import resemble
+
+            causes = resemble(causes, timeline, self.known)
         notes.extend(Note(f"detector {k} timed out and was skipped") for k in sorted(self.timeouts))
         notes = fold_notes(notes)
         return Report(
