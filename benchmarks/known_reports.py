@@ -22,7 +22,13 @@ from accuracy import CORPUS, Case, load_cases
 
 from crashlens import analyze
 from crashlens.model import KnownReport, headline
-from crashlens.resemble import BUNDLED, UNTAUGHT, KnownReports, cause_features
+from crashlens.resemble import (
+    BUNDLED,
+    UNTAUGHT,
+    KnownReports,
+    cause_features,
+    cause_tracebacks,
+)
 from crashlens.rulebase import RuleSet, load_rules
 
 #: The longest exception line kept to show beside a cited report.
@@ -35,8 +41,7 @@ def entry(case: Case, rules: RuleSet) -> tuple[KnownReport, frozenset[str]] | No
     if not report.causes:
         return None
     primary = report.causes[0]
-    ids = {h.traceback_id for h in primary.match.hits}
-    tbs = [tb for tb in report.tracebacks if tb.id in ids]
+    tbs = cause_tracebacks(primary, report.tracebacks)
     if tbs and tbs[-1].exceptions:
         line = headline(tbs[-1].exceptions[-1])
     else:

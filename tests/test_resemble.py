@@ -148,3 +148,17 @@ def test_what_a_report_resembles_is_shown_as_data_in_every_format() -> None:
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     assert doc["causes"][0]["class"] == "corrupt_data"
     assert doc["causes"][0]["resemblance"]["reports"][0]["exception"] == hostile
+
+
+def test_a_new_index_is_a_new_diagnosis_for_the_fleets_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crashlens import resemble
+    from crashlens.fleet.worker import rules_hash
+
+    rules = accuracy.load_rules()
+    before = rules_hash(rules)
+    index = tmp_path / "known_reports.json"
+    index.write_text(KnownReports.dump([_report("cuda_oom", 1, "w:cuda")]), encoding="utf-8")
+    monkeypatch.setattr(resemble, "BUNDLED", index)
+    assert rules_hash(rules) != before
