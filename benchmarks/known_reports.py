@@ -4,7 +4,9 @@ Each labelled case of the corpus' **tune** part (never validation: that part mea
 analyzer does on reports it was not built from) is analysed, and the words of its primary
 finding (:func:`crashlens.resemble.cause_features`) are kept with its thread and the class its
 thread's resolution gives. Healthy runs and causes the thread left open teach nothing and are
-left out. ``tests/test_known_reports.py`` rebuilds the index and fails when the bundled one is
+left out. Its ``records`` say, per fallback, how often the class it was given this way was right
+on the tune part, leave-case-out (:func:`records`): what a report tells its reader the guess
+is worth. ``tests/test_known_reports.py`` rebuilds the index and fails when the bundled one is
 stale.
 
     python benchmarks/known_reports.py           # rewrite the bundled index
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import leave_case_out
 from accuracy import CORPUS, Case, load_cases
 
 from crashlens import analyze
@@ -50,12 +53,28 @@ def entry(case: Case, rules: RuleSet) -> tuple[KnownReport, frozenset[str]] | No
     return KnownReport(case.source, case.cause, line.strip()[:EXCEPTION_CHARS]), words
 
 
+def records(cases: list[Case], rules: RuleSet, index: KnownReports) -> dict[str, tuple[int, int]]:
+    """Per fallback rule, how often the class it was given by resemblance was right on the
+    tune part, leave-case-out (each case without the rules written from it and without its
+    own thread among the known reports): what a reader is told the guess is worth."""
+    counts: dict[str, list[int]] = {}
+    for case, report, _ in leave_case_out.reports(cases, rules, index):
+        top = report.primary
+        if top is None or top.resemblance is None:
+            continue
+        tally = counts.setdefault(top.rule_id, [0, 0])
+        tally[0] += top.cls in {case.cause, *case.acceptable}
+        tally[1] += 1
+    return {rule: (right, of) for rule, (right, of) in counts.items()}
+
+
 def build(corpus: Path = CORPUS) -> str:
     """The index's JSON, from the tune part of ``corpus``."""
     rules = load_rules()
-    cases = [c for c in load_cases(corpus, ("tune",)) if c.cause not in UNTAUGHT]
+    tune = load_cases(corpus, ("tune",))
+    cases = [c for c in tune if c.cause not in UNTAUGHT]
     entries = [e for e in (entry(c, rules) for c in cases) if e is not None]
-    return KnownReports.dump(entries)
+    return KnownReports.dump(entries, records(tune, rules, KnownReports(entries)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{BUNDLED.name}: {'stale' if stale else 'up to date'}")
         return 1 if stale else 0
     BUNDLED.write_text(text, encoding="utf-8")
-    print(f"{BUNDLED}: {text.count(chr(10)) - 2} reports")
+    print(f"{BUNDLED}: {len(KnownReports.load(BUNDLED))} reports, records {text.splitlines()[0]}")
     return 0
 
 

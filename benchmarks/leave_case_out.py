@@ -22,14 +22,15 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import CORPUS, Case, Outcome, load_cases, score, threads_named
 
 from crashlens import analyze
-from crashlens.resemble import bundled
+from crashlens.report import Report
+from crashlens.resemble import KnownReports, bundled
 from crashlens.rulebase import RuleSet, load_rules
 
 #: Files of a rule's fixture folder that can name a source.
@@ -72,19 +73,24 @@ def citing(case: Case, citations: dict[str, set[str]]) -> list[str]:
     return sorted(rule_id for rule_id, cited in citations.items() if cited & keys)
 
 
-def run(cases: Iterable[Case], rules: RuleSet) -> list[tuple[Outcome, list[str]]]:
-    """Each case scored with the rules that cite it switched off, and those rules."""
+def reports(
+    cases: Iterable[Case], rules: RuleSet, known: KnownReports | None = None
+) -> Iterator[tuple[Case, Report, list[str]]]:
+    """Each case analysed with the rules that cite it switched off (and those rules), and
+    compared with the known reports (``known``, else the bundled ones) less its own thread."""
     citations = rule_citations(rules)
-    known = bundled()
-    out = []
+    known = bundled() if known is None else known
     for case in cases:
         off = citing(case, citations)
-        # Nor is the case among the known reports a fallback is compared with.
         report = analyze(
             [case.path], rules, disable=off, known_reports=known.without({case.source})
         )
-        out.append((score(case, report), off))
-    return out
+        yield case, report, off
+
+
+def run(cases: Iterable[Case], rules: RuleSet) -> list[tuple[Outcome, list[str]]]:
+    """Each case scored with the rules that cite it switched off, and those rules."""
+    return [(score(case, report), off) for case, report, off in reports(cases, rules)]
 
 
 def main(argv: list[str] | None = None) -> int:

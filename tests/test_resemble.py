@@ -86,9 +86,13 @@ def test_the_likely_class_holds_most_of_the_likelihood_and_cites_its_nearest_rep
 def test_an_index_reads_back_what_it_wrote(tmp_path: Path) -> None:
     entries = [_report("cuda_oom", 1, "T:OutOfMemoryError", "w:cuda"), _report("none", 2, "w:x")]
     path = tmp_path / "known.json"
-    path.write_text(KnownReports.dump(entries), encoding="utf-8")
+    path.write_text(KnownReports.dump(entries, {"uncaught-exception": (3, 4)}), encoding="utf-8")
     back = KnownReports.load(path)
     assert [(e.report, e.words) for e in back.entries] == [entries[0]]
+    assert back.records == {"uncaught-exception": (3, 4)}
+    got = back.resemble(frozenset({"w:cuda"}), "uncaught-exception")
+    assert got is not None and got.record == (3, 4)
+    assert back.without({"x"}).records == back.records
 
 
 def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles() -> None:
@@ -105,6 +109,10 @@ def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles
     assert cited and case.source not in cited and set(cited) <= tune
     assert all(r.cls == "version_mismatch" for r in top.resemblance.reports)
     assert report.verdict.startswith("Uncaught exception in the training code (likely version_")
+    # what the guess is worth, measured on held-out tune reports, is said beside it
+    right, of = bundled().records["user-code-error"]
+    assert top.resemblance.record == (right, of) and 0 < right < of
+    assert f"such a guess was right for {right} of {of} held-out reports" in render(report, "text")
 
 
 def test_an_exception_raised_in_the_users_own_code_stays_theirs() -> None:
@@ -131,7 +139,8 @@ def test_what_a_report_resembles_is_shown_as_data_in_every_format() -> None:
              frozenset({"T:Error", "w:padding", "p:base64"})),
             (KnownReport("javascript:alert(1)", "corrupt_data", "b"), frozenset({"w:padding"})),
             (KnownReport("https://example.org/t/3", "cuda_oom", "c"), frozenset({"w:cuda"})),
-        ]
+        ],
+        {"uncaught-exception": (2, 3)},
     )  # fmt: skip
     report = analyze([BASE64], known_reports=index, parallel=False)
     top = report.primary
@@ -141,13 +150,18 @@ def test_what_a_report_resembles_is_shown_as_data_in_every_format() -> None:
     assert 'href="javascript:' not in html and 'href="https://example.org/t/1"' in html
     assert "Resembles known reports of corrupt_data" in html
     markdown = render(report, "markdown")
-    assert "**Resembles** known reports of `corrupt_data`" in markdown
+    assert (
+        "**Resembles** known reports of corrupt\\_data (such a guess was right for 2 of 3"
+        in markdown
+    )
     assert "<script>" not in markdown.replace("`<script>", "")
     assert "likely corrupt_data" in render(report, "text")
     doc = json.loads(render(report, "json"))
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     assert doc["causes"][0]["class"] == "corrupt_data"
     assert doc["causes"][0]["resemblance"]["reports"][0]["exception"] == hostile
+    assert doc["causes"][0]["resemblance"]["record"] == {"right": 2, "of": 3}
+    assert "right for 2 of 3 held-out reports" in html
 
 
 def test_a_new_index_is_a_new_diagnosis_for_the_fleets_records(

@@ -704,6 +704,9 @@ class Resemblance:
     share: float
     #: The known reports of that class closest to this one, nearest first.
     reports: tuple[KnownReport, ...]
+    #: How often the same fallback's guess was right on held-out labelled reports (each
+    #: compared without itself and without the rules written from it): (right, of).
+    record: tuple[int, int] | None = None
 
     def __reduce__(self) -> _Call:
         return _constructor_call(self)

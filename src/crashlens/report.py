@@ -265,6 +265,7 @@ def _resemblance(r: Resemblance | None) -> dict[str, Any] | None:
     return {
         "class": r.cls,
         "share": r.share,
+        "record": None if r.record is None else {"right": r.record[0], "of": r.record[1]},
         "reports": [
             {"source": k.source, "class": k.cls, "exception": k.exception} for k in r.reports
         ],

@@ -12,7 +12,8 @@ has no traceback) with those of the labelled reports of the corpus' tune part, b
 in it). A multinomial naive Bayes over those words gives the most likely class and its share of
 the likelihood; the reports of that class with the most words in common (weighted by how rare
 each word is) are cited, so the reader checks the guess against threads whose resolution is
-known. It refines the class only: the rule, its evidence and its remediation stay the
+known, beside how often the same fallback's guess was right on held-out reports (the index's
+``records``). It refines the class only: the rule, its evidence and its remediation stay the
 fallback's, and a failure that shares no word with any known report is left as it was.
 """
 
@@ -24,7 +25,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from crashlens.model import Cause, KnownReport, Resemblance, Timeline, Traceback, judged_origin
@@ -87,7 +88,13 @@ class _Entry:
 class KnownReports:
     """The labelled reports a failure is compared with, and the counts the comparison needs."""
 
-    def __init__(self, entries: Sequence[tuple[KnownReport, frozenset[str]]]) -> None:
+    def __init__(
+        self,
+        entries: Sequence[tuple[KnownReport, frozenset[str]]],
+        records: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
+        #: Per fallback rule, how often its resembled class was right on held-out reports.
+        self.records = dict(records or {})
         self.entries = tuple(_Entry(r, w) for r, w in entries if r.cls not in UNTAUGHT and w)
         self.per_class: Counter[str] = Counter(e.report.cls for e in self.entries)
         self.word_counts: dict[str, Counter[str]] = {c: Counter() for c in self.per_class}
@@ -111,12 +118,17 @@ class KnownReports:
                     frozenset(r["features"]),
                 )
                 for r in data["reports"]
-            ]
+            ],
+            {rule: (right, of) for rule, (right, of) in data.get("records", {}).items()},
         )
 
     @staticmethod
-    def dump(entries: Iterable[tuple[KnownReport, frozenset[str]]]) -> str:
-        """The JSON of an index: one report per line, sorted, so a rebuild diffs cleanly."""
+    def dump(
+        entries: Iterable[tuple[KnownReport, frozenset[str]]],
+        records: Mapping[str, tuple[int, int]] | None = None,
+    ) -> str:
+        """The JSON of an index: its records, then one report per line, sorted, so a rebuild
+        diffs cleanly."""
         rows = sorted(
             (
                 {
@@ -131,15 +143,17 @@ class KnownReports:
             key=lambda row: (row["source"], row["exception"]),
         )
         body = ",\n".join("  " + json.dumps(row, ensure_ascii=False) for row in rows)
-        return '{"reports": [\n' + body + "\n]}\n"
+        head = json.dumps({k: list(v) for k, v in sorted((records or {}).items())})
+        return '{"records": ' + head + ',\n"reports": [\n' + body + "\n]}\n"
 
     def without(self, sources: Collection[str]) -> KnownReports:
         """The index less the reports of ``sources`` (to score a report it holds fairly)."""
         return KnownReports(
-            [(e.report, e.words) for e in self.entries if e.report.source not in sources]
+            [(e.report, e.words) for e in self.entries if e.report.source not in sources],
+            self.records,
         )
 
-    def resemble(self, words: frozenset[str]) -> Resemblance | None:
+    def resemble(self, words: frozenset[str], rule_id: str = "") -> Resemblance | None:
         """The most likely class of a failure with ``words``, and the reports it is nearest;
         ``None`` when it shares no word with any known report or no class holds more than
         half the likelihood (:data:`MIN_SHARE`)."""
@@ -162,7 +176,9 @@ class KnownReports:
         share = 1.0 / sum(math.exp(s - scores[best]) for s in scores.values())
         if share <= MIN_SHARE:
             return None
-        return Resemblance(best, round(share, 2), self.nearest(words, best))
+        return Resemblance(
+            best, round(share, 2), self.nearest(words, best), self.records.get(rule_id)
+        )
 
     def nearest(self, words: frozenset[str], cls: str) -> tuple[KnownReport, ...]:
         """The reports of ``cls`` whose words are most like ``words`` (rare words weigh more)."""
@@ -211,5 +227,6 @@ def resemble(
         return causes
     index = bundled() if known is None else known
     for cause in todo:
-        cause.resemblance = index.resemble(cause_features(cause, timeline.tracebacks))
+        words = cause_features(cause, timeline.tracebacks)
+        cause.resemblance = index.resemble(words, cause.rule_id)
     return causes

@@ -4,7 +4,12 @@ renderer escapes the result for its own format."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crashlens.model import plural
+
+if TYPE_CHECKING:
+    from crashlens.model import Resemblance
 
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c not in (9, 10)}
 _CONTROL[127] = "\\x7f"
@@ -48,3 +53,15 @@ def cut_words(text: str, limit: int) -> str:
     head = text[:limit]
     space = head.rfind(" ")
     return (head[:space] if space > limit // 2 else head).rstrip() + " …"
+
+
+def resembles(r: Resemblance) -> str:
+    """What a resembled class is worth, in words: ``known reports of corrupt_data (such a
+    guess was right for 7 of 44 held-out reports)``; the record is what a reader can weigh,
+    the likelihood share only where no record was kept."""
+    if r.record is not None:
+        right, of = r.record
+        worth = f"such a guess was right for {right} of {plural(of, 'held-out report')}"
+    else:
+        worth = f"{r.share:.0%} of the likelihood"
+    return f"known reports of {r.cls} ({worth})"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crashlens.model import NoteKind, headline, iso, location, plural
-from crashlens.render.common import clean, rank_list
+from crashlens.render.common import clean, rank_list, resembles
 from crashlens.render.remedy import is_http_url, to_html
 
 if TYPE_CHECKING:
@@ -211,14 +211,14 @@ def _cause(i: int, cause: Cause) -> str:
 
 
 def _resemblance(r: Resemblance) -> str:
-    """What a fallback's failure resembles: the class's share, then the nearest reports."""
+    """What a fallback's failure resembles: the class and its record, the nearest reports."""
     items = "".join(
         f"<li>{_reference(k.source)}: <code>{esc(k.exception)}</code></li>" for k in r.reports
     )
     return (
         f"<h4>Resembles known reports of {esc(r.cls)}</h4>"
-        f'<p class="desc">No rule names this failure; of the diagnosed reports it was compared '
-        f"with, those of {esc(r.cls)} hold {r.share:.0%} of the likelihood. Nearest first:</p>"
+        f'<p class="desc">No rule names this failure; it resembles {esc(resembles(r))}. '
+        "Nearest first:</p>"
         f'<ul class="refs">{items}</ul>'
     )
 

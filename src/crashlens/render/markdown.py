@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from crashlens import lazyre
 from crashlens.model import iso, location, plural
-from crashlens.render.common import clean, on_ranks, rank_list
+from crashlens.render.common import clean, on_ranks, rank_list, resembles
 
 if TYPE_CHECKING:
     from crashlens.model import Cause, Evidence
@@ -106,10 +106,7 @@ def _cause(i: int, cause: Cause) -> list[str]:
     if cause.resemblance is not None and cause.resemblance.reports:
         r = cause.resemblance
         items = [f"- {_link(k.source)}: {inline_code(k.exception)}" for k in r.reports]
-        out.append(
-            f"**Resembles** known reports of {inline_code(r.cls)} "
-            f"({r.share:.0%} of the likelihood), nearest first:\n" + "\n".join(items)
-        )
+        out.append(f"**Resembles** {md_text(resembles(r))}, nearest first:\n" + "\n".join(items))
     for ev in cause.evidence[:MAX_EVIDENCE]:
         out.append(_evidence_head(ev))
         out.append(fence([*ev.context, ev.text]))

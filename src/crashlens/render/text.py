@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from crashlens import lazyre
 from crashlens.model import iso, location, plural
-from crashlens.render.common import clean, cut_words, human_bytes, on_ranks, rank_list
+from crashlens.render.common import (
+    clean,
+    cut_words,
+    human_bytes,
+    on_ranks,
+    rank_list,
+    resembles,
+)
 from crashlens.render.remedy import to_plain
 
 if TYPE_CHECKING:
@@ -311,11 +318,11 @@ def _summary(report: Report, top: Cause) -> list[Row]:
 
 
 def _resemblance(cause: Cause, *, verbose: bool, indent: int = 0) -> list[Row]:
-    """What a fallback's failure resembles: the class's share, then the nearest reports."""
+    """What a fallback's failure resembles: the class and its record, the nearest reports."""
     r = cause.resemblance
     if r is None or not r.reports:
         return []
-    head = f"known reports of {r.cls} ({r.share:.0%} of the likelihood), nearest first:"
+    head = f"{resembles(r)}, nearest first:"
     rows = [Row(_text(head), Text("Resembles: ", "bold"), indent=indent)]
     for known in r.reports if verbose else r.reports[:1]:
         line = f"{known.source}: {cut_words(known.exception, SHORT_MESSAGE)}"
