@@ -176,3 +176,15 @@ def test_a_new_index_is_a_new_diagnosis_for_the_fleets_records(
     index.write_text(KnownReports.dump([_report("cuda_oom", 1, "w:cuda")]), encoding="utf-8")
     monkeypatch.setattr(resemble, "BUNDLED", index)
     assert rules_hash(rules) != before
+
+
+def test_a_guess_right_less_often_than_not_is_stated_as_possible() -> None:
+    # a real run SIGKILLed while printing its traceback: the log ends inside it
+    cut = ROOT / "rules" / "process" / "traceback-cut-off" / "positive.log"
+    words = frozenset({"p:torch", "fn:forward", "T:IncompleteTraceback"})
+    entries = [_report("cuda_oom", 1, *words), _report("cuda_oom", 2, *words)]
+    for record, label in (((1, 3), "possibly cuda_oom"), ((2, 3), "likely cuda_oom")):
+        index = KnownReports(entries, {"traceback-cut-off": record})
+        top = analyze([cut], known_reports=index, parallel=False).primary
+        assert top is not None and top.rule_id == "traceback-cut-off"
+        assert top.resemblance is not None and top.class_label == label
