@@ -77,6 +77,6 @@ def analyze(
             strict_rules=strict_rules,
             fast=fast,
             runner=runner,
+            known=known_reports,
         )
-        session.known = known_reports
     return session.read_paths(paths, progress).finish()

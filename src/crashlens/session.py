@@ -331,9 +331,11 @@ class Session:
         strict_rules: bool = False,
         fast: bool = True,
         runner: Runner | None = None,
+        known: KnownReports | None = None,
     ) -> Session:
         """A session with ``crashlens.yaml`` applied: its rule dirs, ``disable:`` and ``skew:``
-        (``config``; none given means no config), then ``rule_dirs``, ``disable`` and ``skew``."""
+        (``config``; none given means no config), then ``rule_dirs``, ``disable`` and ``skew``;
+        ``known``: the known reports a fallback is compared with (``None``: the bundled)."""
         config = config or Config()
         dirs = [Path(p) for p in (*config.rules, *rule_dirs)]
         rules = load_rules(dirs, strict=strict_rules)
@@ -343,6 +345,7 @@ class Session:
             skew={**config.skew, **(skew or {})},
             fast=fast,
             runner=runner or ForkRunner(),
+            known=known,
         )
 
     # -- reading ------------------------------------------------------------------------
