@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from crashlens.model import Cause, KnownReport, Resemblance, Timeline, Traceback, judged_origin
@@ -75,8 +75,12 @@ def cause_tracebacks(cause: Cause, timeline_tracebacks: Sequence[Traceback]) -> 
 
 def cause_features(cause: Cause, timeline_tracebacks: Sequence[Traceback]) -> frozenset[str]:
     """The words of ``cause``: the tracebacks its hits name, else the lines it cites."""
-    tbs = cause_tracebacks(cause, timeline_tracebacks)
-    return features(tbs, (h.evidence.text for h in cause.match.hits))
+    return features(cause_tracebacks(cause, timeline_tracebacks), _cited(cause))
+
+
+def _cited(cause: Cause) -> Iterator[str]:
+    """The lines the hits of ``cause`` cite."""
+    return (h.evidence.text for h in cause.match.hits)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -214,19 +218,14 @@ def resemble(
     An exception raised in the user's own code is left to say so: its frame is where the fix
     goes whatever other reports it resembles (on the tune part, every such finding the known
     reports changed had been right)."""
-    todo = [
-        c
-        for c in causes
-        if c.match.rule.resemble
-        and not any(
-            judged_origin(tb.exceptions) == "user"
-            for tb in cause_tracebacks(c, timeline.tracebacks)
-        )
-    ]
-    if not todo:
-        return causes
-    index = bundled() if known is None else known
-    for cause in todo:
-        words = cause_features(cause, timeline.tracebacks)
-        cause.resemblance = index.resemble(words, cause.rule_id)
+    index: KnownReports | None = known
+    for cause in causes:
+        if not cause.match.rule.resemble:
+            continue
+        tbs = cause_tracebacks(cause, timeline.tracebacks)
+        if any(judged_origin(tb.exceptions) == "user" for tb in tbs):
+            continue
+        if index is None:
+            index = bundled()
+        cause.resemblance = index.resemble(features(tbs, _cited(cause)), cause.rule_id)
     return causes
