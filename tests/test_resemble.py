@@ -49,10 +49,12 @@ def test_a_frame_is_its_module_not_where_one_machine_keeps_it(
     assert module_parts(path) == parts
 
 
-def test_a_failure_is_compared_by_its_exception_modules_and_functions() -> None:
+def test_a_failure_is_compared_by_its_exception_modules_functions_and_code() -> None:
     report = analyze([BASE64], parallel=False)
     words = features(report.tracebacks)
     assert {"T:Error", "w:incorrect", "w:padding", "p:base64", "p:runpy", "fn:decode"} <= words
+    # the source lines the frames print: what the program was doing when it failed
+    assert {"c:binascii", "c:a2b_base64", "c:func"} <= words
     # the interpreter's place on the machine that ran it says nothing of the failure
     assert not {"p:root", "p:versions", "p:3.11.7", "p:lib", "p:python3.11"} & words
 
@@ -96,21 +98,23 @@ def test_an_index_reads_back_what_it_wrote(tmp_path: Path) -> None:
 
 
 def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles() -> None:
-    # LLaMA-Factory#3464 as posted (a tune case): an ImportError raised in transformers,
-    # called from the launcher's code; no rule names it, its thread's fix was a newer flash_attn
-    case = next(c for c in accuracy.load_cases() if c.id == "hiyouga-llamafactory-3464")
+    # ms-swift#1702 as posted (a tune case): the tail of a traceback, a KeyError raised in the
+    # framework's DPO preprocessing; no rule names it, its thread's fix was a newer ms-swift
+    case = next(c for c in accuracy.load_cases() if c.id == "modelscope-ms-swift-1702")
     report = accuracy.analyze_case(case, accuracy.load_rules())
     top = report.primary
-    assert top is not None and top.rule_id == "user-code-error"
+    assert top is not None and top.rule_id == "exception-callers-not-shown"
     assert top.resemblance is not None and top.cls == case.cause == "version_mismatch"
     assert top.class_label == "likely version_mismatch"
     tune = {c.source for c in accuracy.load_cases(parts=("tune",))}
     cited = [r.source for r in top.resemblance.reports]
     assert cited and case.source not in cited and set(cited) <= tune
     assert all(r.cls == "version_mismatch" for r in top.resemblance.reports)
-    assert report.verdict.startswith("Uncaught exception in the training code (likely version_")
+    assert report.verdict.startswith(
+        "Uncaught exception whose callers are not in the log (likely version_mismatch"
+    )
     # what the guess is worth, measured on held-out tune reports, is said beside it
-    right, of = bundled().records["user-code-error"]
+    right, of = bundled().records["exception-callers-not-shown"]
     assert top.resemblance.record == (right, of) and 0 < right < of
     assert f"such a guess was right for {right} of {of} held-out reports" in render(report, "text")
 
