@@ -81,6 +81,24 @@ def test_stamped_console_strips_the_tools_timestamp_and_keeps_it() -> None:
     assert kube[0] == "Traceback (most recent call last):" and kube[1].rank == 3
 
 
+def test_a_container_stamped_paste_under_its_command_line_is_still_stamped() -> None:
+    # allenai/rslearn_projects#10: `kubectl logs --timestamps` output, as pasted under a line
+    # of the reporter's own; nanosecond UTC stamps are a tool's, so most lines are enough
+    head = [
+        "$ kubectl logs job/train --timestamps",
+        "2024-09-05T19:41:11.257738912Z Error: mkl-service + Intel(R) MKL: MKL_THREADING_LAYER="
+        "INTEL is incompatible with libgomp.so.1 library.",
+        "2024-09-05T19:41:11.257764641Z \tTry to import numpy first or set the threading layer "
+        "accordingly. Set MKL_SERVICE_FORCE_INTEL to force it.",
+    ]
+    style = sniff_style(head)
+    assert style.stamped
+    assert strip(head[1], style)[0].startswith("Error: mkl-service + Intel(R) MKL:")
+    # a logging format's own stamps on most lines of a file are not a tool's
+    logged = ["setup", *(f"2024-05-01 03:14:0{i},100 INFO step {i}" for i in range(2))]
+    assert not sniff_style(logged).stamped
+
+
 def test_a_ci_servers_bracketed_stamp_is_stripped_and_kept() -> None:
     # Project-MONAI/MONAI#4530: Jenkins' Timestamper puts "[<ISO time>] " before every line
     head = [

@@ -135,10 +135,13 @@ def sniff_style(head: Iterable[str]) -> PrefixStyle:
     # prefixes, lines that carry their own logging time): a tool added the stamps.
     # So is RFC 3339 with nanoseconds in UTC (``2024-05-01T03:14:00.123456789Z``): what
     # ``kubectl logs --timestamps`` and ``docker logs -t`` put there; no logging library's
-    # default format.
-    stamped = len(stamps) >= 0.8 * len(lines) and (
-        any(_NEEDS_STAMP_STRIP.match(m.string, m.end()) for m in stamps)
-        or all(_CONTAINER_STAMP.match(m.group(0)) for m in stamps)
+    # default format, so most of the lines are enough (a paste's own first line, the command
+    # that printed them, comes unstamped).
+    stamped = (
+        len(stamps) >= 0.8 * len(lines)
+        and any(_NEEDS_STAMP_STRIP.match(m.string, m.end()) for m in stamps)
+    ) or (
+        len(stamps) > 0.5 * len(lines) and all(_CONTAINER_STAMP.match(m.group(0)) for m in stamps)
     )
     if stamped:
         lines = [line[m.end() :] if (m := _LEADING_STAMP.match(line)) else line for line in lines]
