@@ -871,11 +871,11 @@ def chain_origin(chain: Sequence[ExceptionInfo], at: int = -1) -> Origin:
     return where
 
 
-def judged_origin(chain: Sequence[ExceptionInfo]) -> Origin:
+def judged_origin(chain: Sequence[ExceptionInfo], escaped: Origin | None = None) -> Origin:
     """Where the exception a chain is judged by was raised: the one that escaped or, when the
     log ends inside the chain, the one before the cut (what was raised while handling it is
-    not known)."""
-    where = chain_origin(chain)
+    not known). ``escaped``: :func:`chain_origin` of the chain, where the caller has it."""
+    where = chain_origin(chain) if escaped is None else escaped
     return chain_origin(chain, len(chain) - 2) if where == "cut" and len(chain) > 1 else where
 
 

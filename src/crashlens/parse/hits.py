@@ -161,7 +161,7 @@ class HitCollector:
         # A chain the log ends in: what was raised while handling the exceptions before the
         # cut is not known, so those exceptions are judged as the chain's end (the cut itself
         # stays a finding of its own).
-        before = judged_origin(tb.exceptions)
+        before = judged_origin(tb.exceptions, where)
         origin = [before] * last + [where]  # each exception's, by its place in the chain
         # Newest first: the exception that escaped is the one that killed the process.
         exceptions = [(at, exception_text(tb.exceptions[at])) for at in range(last, -1, -1)]
