@@ -119,6 +119,24 @@ def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles
     assert f"such a guess was right for {right} of {of} held-out reports" in render(report, "text")
 
 
+def test_a_launchers_teardown_that_says_how_not_why_takes_the_class_it_resembles() -> None:
+    # DeepSpeed#4571 as posted (a tune case): with ZeRO CPU offload the launcher reports its
+    # only rank killed and prints nothing of why; the thread's commenters confirm host memory
+    # ran out. Without the rule written from it only the teardown is left, and the threads it
+    # resembles say what such teardowns were.
+    leave_case_out = benchmark("leave_case_out")
+    case = next(c for c in accuracy.load_cases() if c.id == "deepspeedai-deepspeed-4571")
+    rules = accuracy.load_rules()
+    [(_, report, off)] = list(leave_case_out.reports([case], rules))
+    assert off, "a rule cites the case, so this measures the rest of the rule base"
+    top = report.primary
+    assert top is not None and top.rule_id == "launcher-teardown"
+    assert rules.by_id["launcher-teardown"].cls == "scheduler_kill"
+    assert top.resemblance is not None and top.cls == case.cause == "host_oom"
+    assert case.source not in {r.source for r in top.resemblance.reports}
+    assert all(r.cls == "host_oom" for r in top.resemblance.reports)
+
+
 def test_an_exception_raised_in_the_users_own_code_stays_theirs() -> None:
     # a real torchrun run whose training step raises in the script itself
     report = analyze([FIXTURES / "captured" / "user_code_error"], parallel=False)

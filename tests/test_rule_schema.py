@@ -50,7 +50,8 @@ def test_every_bundled_rule_validates(path: Path) -> None:
         {"detectors": {"a": {"pattern": "x"}}},
         {"condition": {"within": 5}},
         {"facts": {"test": "known-problem", "keys": ["torch"]}},
-        {"resemble": True},  # only a fallback's class is refined by what it resembles
+        {"resemble": "yes"},
+        {"fallback": 1},
     ],
     ids=lambda c: next(iter(c)),
 )

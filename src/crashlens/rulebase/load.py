@@ -485,8 +485,9 @@ def build_rule(
     kind = str(data.get("kind", "cause"))
     if kind not in ("cause", "symptom"):
         raise _fail("kind must be 'cause' or 'symptom'", path, data)
-    if data.get("resemble") and not data.get("fallback"):
-        raise _fail("'resemble' refines a fallback: the rule needs 'fallback: true'", path, data)
+    for flag in ("fallback", "resemble"):
+        if not isinstance(data.get(flag, False), bool):
+            raise _fail(f"'{flag}' must be true or false", path, data)
     if fact_test is not None:
         if data.get("detectors") or "condition" in data:
             raise _fail("a rule with 'facts' has no 'detectors' or 'condition'", path, data)
