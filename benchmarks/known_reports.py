@@ -1,10 +1,10 @@
-"""Build the known reports a fallback is compared with (``src/crashlens/known_reports.json``).
+"""Build the known reports a finding with no cause is compared with (``known_reports.json``).
 
 Each labelled case of the corpus' **tune** part (never validation: that part measures how the
 analyzer does on reports it was not built from) is analysed, and the words of its primary
 finding (:func:`crashlens.resemble.cause_features`) are kept with its thread and the class its
 thread's resolution gives. Healthy runs and causes the thread left open teach nothing and are
-left out. Its ``records`` say, per fallback, how often the class it was given this way was right
+left out. Its ``records`` say, per rule, how often the class it was given this way was right
 on the tune part, leave-case-out (:func:`records`): what a report tells its reader the guess
 is worth. ``tests/test_known_reports.py`` rebuilds the index and fails when the bundled one is
 stale.
@@ -54,7 +54,7 @@ def entry(case: Case, rules: RuleSet) -> tuple[KnownReport, frozenset[str]] | No
 
 
 def records(cases: list[Case], rules: RuleSet, index: KnownReports) -> dict[str, tuple[int, int]]:
-    """Per fallback rule, how often the class it was given by resemblance was right on the
+    """Per rule, how often the class it was given by resemblance was right on the
     tune part, leave-case-out (each case without the rules written from it and without its
     own thread among the known reports): what a reader is told the guess is worth."""
     counts: dict[str, list[int]] = {}

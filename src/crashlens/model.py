@@ -704,7 +704,7 @@ class Resemblance:
     share: float
     #: The known reports of that class closest to this one, nearest first.
     reports: tuple[KnownReport, ...]
-    #: How often the same fallback's guess was right on held-out labelled reports (each
+    #: How often the same rule's guess was right on held-out labelled reports (each
     #: compared without itself and without the rules written from it): (right, of).
     record: tuple[int, int] | None = None
 
@@ -727,7 +727,7 @@ class Cause:
     remediation: str = ""
     #: The innermost frame of the user's code in the fatal traceback (``{user_frame}``).
     user_frame: Frame | None = None
-    #: For a fallback no rule's words name (``resemble: true``), the known reports it resembles.
+    #: For a finding that tells how, not why (``resemble: true``), the known reports it resembles.
     resemblance: Resemblance | None = None
 
     @property

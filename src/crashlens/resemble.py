@@ -1,20 +1,21 @@
 """Resemble stage: what a failure no rule names most resembles among known, labelled reports.
 
-A generic fallback (``resemble: true``: an uncaught exception no rule's words name, a log cut
-inside a traceback, an error the user's code led to, a traceback whose callers the log does not
-show) knows that a process died and where, not why. Crash reports that did get a diagnosis say a
+A finding with ``resemble: true`` (a generic fallback: an uncaught exception no rule's words
+name, a log cut inside a traceback, an error the user's code led to, a traceback whose callers the
+log does not show; a launcher's verdict on a worker, an exception whose type is all its rule reads)
+knows that a process died and where, not why. Crash reports that did get a diagnosis say a
 great deal about the ones that did not: an ``AttributeError`` raised in ``transformers/`` with
 no frame of the user's was, in the threads where a maintainer answered, far more often two
 releases that do not fit together than a bug of the script. This stage compares the words of the
-fallback's traceback (the exception's type and message, the packages, files and functions of its
+finding's traceback (the exception's type and message, the packages, files and functions of its
 frames and the source lines they print, or the lines it cites where it has no traceback) with
 those of the labelled reports of the corpus' tune part, bundled as ``known_reports.json`` (built
 by ``benchmarks/known_reports.py``; the validation part is never in it). A multinomial naive
 Bayes over those words gives the most likely class and its share of the likelihood; the reports
 of that class with the most words in common (weighted by how rare each word is) are cited, so
 the reader checks the guess against threads whose resolution is known, beside how often the same
-fallback's guess was right on held-out reports (the index's ``records``). It refines the class
-only: the rule, its evidence and its remediation stay the fallback's, and a failure that shares
+rule's guess was right on held-out reports (the index's ``records``). It refines the class
+only: the rule, its evidence and its remediation stay the finding's, and a failure that shares
 no word with any known report is left as it was.
 """
 
@@ -41,7 +42,7 @@ ALPHA = 0.05
 #: Known reports cited beside the class.
 CITED = 3
 #: The share of the likelihood a class needs to be called likely: more than all the others
-#: together. Below it the fallback stays as it was (on the tune part, with no threshold,
+#: together. Below it the finding stays as it was (on the tune part, with no threshold,
 #: leave-case-out gains 1 of the 1,039 and the tune part loses 1: the threshold costs nothing
 #: measurable and keeps a coin toss from being stated as a diagnosis).
 MIN_SHARE = 0.5
@@ -102,7 +103,7 @@ class KnownReports:
         entries: Sequence[tuple[KnownReport, frozenset[str]]],
         records: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
-        #: Per fallback rule, how often its resembled class was right on held-out reports.
+        #: Per rule, how often its resembled class was right on held-out reports.
         self.records = dict(records or {})
         self.entries = tuple(_Entry(r, w) for r, w in entries if r.cls not in UNTAUGHT and w)
         self.per_class: Counter[str] = Counter(e.report.cls for e in self.entries)
@@ -218,7 +219,7 @@ def bundled() -> KnownReports:
 def resemble(
     causes: list[Cause], timeline: Timeline, known: KnownReports | None = None
 ) -> list[Cause]:
-    """Give each ``resemble: true`` fallback among ``causes`` what it resembles (in place).
+    """Give each ``resemble: true`` finding among ``causes`` what it resembles (in place).
 
     An exception raised in the user's own code is left to say so: its frame is where the fix
     goes whatever other reports it resembles (on the tune part, every such finding the known

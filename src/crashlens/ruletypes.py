@@ -154,8 +154,8 @@ class Rule:
     references: tuple[str, ...] = ()
     repro: str | None = None
     fallback: bool = False
-    #: A fallback whose class is refined by the known reports its traceback resembles
-    #: (:mod:`crashlens.resemble`): an exception no rule's words name.
+    #: A finding that tells how a process died, not why, whose class is refined by the known
+    #: reports it resembles (:mod:`crashlens.resemble`): a fallback, a launcher's verdict.
     resemble: bool = False
     tags: tuple[str, ...] = ()
     #: A field whose equal values mark the same moment on every rank (clock-skew basis).

@@ -533,7 +533,8 @@ class Session:
         matches = self.match(hits, timeline.facts)
         causes, first = rank(matches, timeline)
         if any(c.match.rule.resemble for c in causes):
-            # only a job that ends in a fallback pays for the comparison (a 0.5 MB index)
+            # only a job with a finding that says how, not why, pays for the comparison
+            # (a 0.5 MB index)
             from crashlens.resemble import resemble
 
             causes = resemble(causes, timeline, self.known)

@@ -211,13 +211,13 @@ def _cause(i: int, cause: Cause) -> str:
 
 
 def _resemblance(r: Resemblance) -> str:
-    """What a fallback's failure resembles: the class and its record, the nearest reports."""
+    """What a finding with no cause resembles: the class and its record, the nearest reports."""
     items = "".join(
         f"<li>{_reference(k.source)}: <code>{esc(k.exception)}</code></li>" for k in r.reports
     )
     return (
         f"<h4>Resembles known reports of {esc(r.cls)}</h4>"
-        f'<p class="desc">No rule names this failure; it resembles {esc(resembles(r))}. '
+        f'<p class="desc">No rule names its cause; it resembles {esc(resembles(r))}. '
         "Nearest first:</p>"
         f'<ul class="refs">{items}</ul>'
     )
