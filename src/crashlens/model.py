@@ -95,6 +95,8 @@ class Evidence:
 
 #: The exception type given to a traceback the log ends in before its exception line.
 CUT_TRACEBACK = "IncompleteTraceback"
+#: The message given to a compile error's traceback the log ends in before the compiler's.
+CUT_COMPILE_MESSAGE = "the log ends before the compiler's message"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from crashlens.model import (
+    CUT_COMPILE_MESSAGE,
     CUT_TRACEBACK,
     Cause,
     KnownReport,
@@ -83,7 +84,8 @@ def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> froz
                     out.add("T:" + named["type"].rsplit(".", 1)[-1])
             else:
                 out.add("T:" + exc.type.rsplit(".", 1)[-1])
-                out.update("w:" + w for w in _WORD.findall(exc.message.lower()))
+                if exc.message != CUT_COMPILE_MESSAGE:  # crashlens's words, as above
+                    out.update("w:" + w for w in _WORD.findall(exc.message.lower()))
             for frame in exc.frames:
                 out.update("p:" + part for part in module_parts(frame.file))
                 if frame.function:

@@ -16,7 +16,7 @@ import regex
 
 from crashlens import lazyre
 from crashlens.ingest.prefixes import MAX_MARGIN
-from crashlens.model import CUT_TRACEBACK, ExceptionInfo, Frame
+from crashlens.model import CUT_COMPILE_MESSAGE, CUT_TRACEBACK, ExceptionInfo, Frame
 from crashlens.provenance import is_user_path, launched_script
 
 TB_HEADER = "Traceback (most recent call last):"
@@ -479,7 +479,7 @@ class TracebackAssembler:
             # source line and a caret: whatever the cut took, what was raised is a
             # SyntaxError (or its IndentationError / TabError)
             tb.exc_type = "SyntaxError"
-            tb.exc_message = ["the log ends before the compiler's message"]
+            tb.exc_message = [CUT_COMPILE_MESSAGE]
             tb.exc_line = tb.start_line
         if self.state in (State.FRAMES, State.IPYTHON) and tb.exc_type is None:
             # Even a bare header (or one cut mid-frame: ``File "train.py", l``) is a process
