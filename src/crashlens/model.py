@@ -95,6 +95,8 @@ class Evidence:
 
 #: The exception type given to a traceback the log ends in before its exception line.
 CUT_TRACEBACK = "IncompleteTraceback"
+#: How a cut traceback's message names the class an IPython header showed (the log's own word).
+CUT_IPYTHON_NAMED = "IPython's header names it"
 #: The message given to a compile error's traceback the log ends in before the compiler's.
 CUT_COMPILE_MESSAGE = "the log ends before the compiler's message"
 

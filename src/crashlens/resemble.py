@@ -33,6 +33,7 @@ from pathlib import Path
 
 from crashlens.model import (
     CUT_COMPILE_MESSAGE,
+    CUT_IPYTHON_NAMED,
     CUT_TRACEBACK,
     Cause,
     KnownReport,
@@ -62,8 +63,8 @@ CITED = 3
 MIN_SHARE = 0.5
 
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
-#: The class an IPython header named in a cut traceback's stand-in message (parse/traceback.py).
-_IPYTHON_NAMED = re.compile(r"IPython's header names it (?P<type>[\w.]+)")
+#: The class an IPython header named, in a cut traceback's stand-in message.
+_IPYTHON_NAMED = re.compile(re.escape(CUT_IPYTHON_NAMED) + r" (?P<type>[\w.]+)")
 
 
 def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> frozenset[str]:

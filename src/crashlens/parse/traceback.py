@@ -16,7 +16,13 @@ import regex
 
 from crashlens import lazyre
 from crashlens.ingest.prefixes import MAX_MARGIN
-from crashlens.model import CUT_COMPILE_MESSAGE, CUT_TRACEBACK, ExceptionInfo, Frame
+from crashlens.model import (
+    CUT_COMPILE_MESSAGE,
+    CUT_IPYTHON_NAMED,
+    CUT_TRACEBACK,
+    ExceptionInfo,
+    Frame,
+)
 from crashlens.provenance import is_user_path, launched_script
 
 TB_HEADER = "Traceback (most recent call last):"
@@ -489,7 +495,7 @@ class TracebackAssembler:
             if self.state is State.IPYTHON and self.ipython_type and tb.line_count > 1:
                 # IPython names the exception in its header: its class is known, not its
                 # message (a paste cut inside the header itself says nothing yet)
-                named = f"; IPython's header names it {self.ipython_type}"
+                named = f"; {CUT_IPYTHON_NAMED} {self.ipython_type}"
             tb.exc_type = CUT_TRACEBACK
             tb.exc_message = [
                 f"the log ends inside a traceback, before its exception line{named}{shown}"
