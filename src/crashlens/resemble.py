@@ -51,8 +51,8 @@ UNTAUGHT = frozenset({"none", "unknown"})
 #: How much of a word's likelihood in a class is its share of all known reports' words
 #: (Jelinek-Mercer smoothing): a word a class's reports never had is as unlikely there as it is
 #: rare overall, not equally unlikely whatever it is, as adding a constant to every count
-#: (Laplace) makes it. On the tune part, leave-case-out, weights of 0.05 to 0.2 score 867-872 of
-#: 1,039, Laplace (a constant of 0.02 or 0.05) 865.
+#: (Laplace) makes it. On the tune part (1,039 cases then), leave-case-out, weights of 0.05 to
+#: 0.2 scored 867-872, Laplace (a constant of 0.02 or 0.05) 865.
 BACKGROUND = 0.1
 #: Known reports cited beside the class.
 CITED = 3
@@ -69,7 +69,8 @@ _IPYTHON_NAMED = re.compile(re.escape(CUT_IPYTHON_NAMED) + r" (?P<type>[\w.]+)")
 
 def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> frozenset[str]:
     """The words a failure is compared by: for each exception of ``tracebacks``, its type
-    (``T:``), the words of its message (``w:``), the modules its frames are in (``p:``, by
+    (``T:``), the words of its message (``w:``; none for the stand-in of an exception line a
+    cut log does not show), the modules its frames are in (``p:``, by
     package identity: :func:`~crashlens.provenance.module_parts`), their functions (``fn:``)
     and the words of the source lines they print (``c:``: what the program was doing,
     ``torch.save(...)``, ``dataset.map(...)``, all a log cut before its exception line still
