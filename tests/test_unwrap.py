@@ -126,6 +126,17 @@ def test_a_short_paste_wrapped_at_100_keeps_its_diagnosis(
     assert got is not None and got.rule_id == rule
 
 
+def test_a_short_paste_joined_into_a_cut_traceback_is_read_as_printed() -> None:
+    # tambetm/simple_dqn#17 as posted (tune case): the longest line is a frame's source line,
+    # the bare exception line after it. Joined, the traceback would be cut, and the cut rules
+    # whose words are crashlens's own stand-in for its exception line would outnumber the one
+    # rule that read the real MemoryError
+    log = TUNE / "tambetm-simple_dqn-17" / "console.log"
+    assert cut_width(log.read_text().split("\n")) is not None
+    top = analyze([log]).primary
+    assert top is not None and top.rule_id == "cpu-allocator-oom" and top.cls == "host_oom"
+
+
 def test_a_short_paste_is_not_joined_where_nothing_goes_on() -> None:
     # the longest line is followed by a record of its own (or by nothing): no candidate width
     assert cut_width(["x" * 80, "2024-05-01 03:00:00 INFO next"]) is None

@@ -11,7 +11,7 @@ from pathlib import Path
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.ingest.unwrap import cut_width, unwrap, wrap_width
-from crashlens.model import FileResult, Source
+from crashlens.model import CUT_TRACEBACK, FileResult, Source
 from crashlens.parse.index import DENSE_LINES, BlockIndex, index_block, scanner_markers
 from crashlens.parse.matcher import LineIndex, LineMatcher
 from crashlens.parse.scan import BLOCK, STRUCTURAL_TRIGGERS, TriggerScanner, iter_blocks
@@ -147,11 +147,15 @@ def _short_paste(
         ceiling=ceiling,
     )
 
-    # what a rule recognised counts; a fallback only says that something escaped or was cut
+    # what a rule recognised counts; a fallback only says that something escaped or was cut,
+    # and a hit on a cut traceback reads the words crashlens wrote in place of its exception
     fallbacks = {r.id for r in rules.rules if r.fallback}
 
     def named(result: FileResult) -> int:
-        return sum(1 for h in result.hits if h.rule_id not in fallbacks)
+        cut = {tb.id for tb in result.tracebacks if tb.final.type == CUT_TRACEBACK}
+        return sum(
+            1 for h in result.hits if h.rule_id not in fallbacks and h.traceback_id not in cut
+        )
 
     return joined if named(joined) > named(printed) else printed
 
