@@ -51,7 +51,7 @@ def analyze(
             line through the parser (same diagnosis, much slower; for tests and benchmarks).
         parallel: read large inputs in forked worker processes (:class:`ForkRunner`);
             ``False`` reads every file in this process.
-        known_reports: the labelled reports a finding with no cause is compared with
+        known_reports: the labelled reports a finding that tells how, not why, is compared with
             (:mod:`crashlens.resemble`); ``None`` is the bundled index.
 
     Returns:

@@ -211,7 +211,7 @@ def _cause(i: int, cause: Cause) -> str:
 
 
 def _resemblance(r: Resemblance) -> str:
-    """What a finding with no cause resembles: the class and its record, the nearest reports."""
+    """What a finding that tells how, not why, resembles: its class, record and nearest reports."""
     items = "".join(
         f"<li>{_reference(k.source)}: <code>{esc(k.exception)}</code></li>" for k in r.reports
     )

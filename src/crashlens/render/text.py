@@ -318,7 +318,7 @@ def _summary(report: Report, top: Cause) -> list[Row]:
 
 
 def _resemblance(cause: Cause, *, verbose: bool, indent: int = 0) -> list[Row]:
-    """What a finding with no cause resembles: the class and its record, the nearest reports."""
+    """What a finding that tells how, not why, resembles: its class, record and nearest reports."""
     r = cause.resemblance
     if r is None or not r.reports:
         return []
