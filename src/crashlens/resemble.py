@@ -213,9 +213,12 @@ class KnownReports:
         if not known:
             return {}
         total = len(self.entries)
+        # math.fsum: correctly rounded whatever order the words come in (a set's order varies
+        # with the interpreter's string hashing), so a class near the threshold is the same
+        # class on every run
         return {
             c: math.log(n / total)
-            + sum(
+            + math.fsum(
                 math.log(
                     (1 - BACKGROUND) * self.word_counts[c][w] / self.class_words[c]
                     + BACKGROUND * self.doc_freq[w] / self.all_words
@@ -232,15 +235,16 @@ class KnownReports:
         def weight(w: str) -> float:
             return math.log(total / (1 + self.doc_freq[w])) ** 2
 
-        norm = math.sqrt(sum(weight(w) for w in words if w in self.doc_freq)) or 1.0
+        norm = math.sqrt(math.fsum(weight(w) for w in words if w in self.doc_freq)) or 1.0
         scored = []
         for e in self.entries:
             if e.report.cls != cls:
                 continue
             shared = words & e.words
             if shared:
-                own = math.sqrt(sum(weight(w) for w in e.words)) or 1.0
-                scored.append((sum(weight(w) for w in shared) / norm / own, e.report.source, e))
+                own = math.sqrt(math.fsum(weight(w) for w in e.words)) or 1.0
+                score = math.fsum(weight(w) for w in shared) / norm / own
+                scored.append((score, e.report.source, e))
         scored.sort(key=lambda t: (-t[0], t[1]))
         return tuple(e.report for _, _, e in scored[:CITED])
 
