@@ -201,6 +201,19 @@ def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles
     assert f"such a guess was right for {right} of {of} held-out reports" in render(report, "text")
 
 
+def test_a_real_report_whose_likeliest_class_holds_no_majority_is_still_named() -> None:
+    # DeepEP#104 as posted (a tune case): two lines, an uncaught RuntimeError from a C++
+    # assertion on the job's topology; the maintainer said the setup was not supported. No class
+    # holds more than half the likelihood, and the likeliest is the thread's.
+    case = next(c for c in accuracy.load_cases() if c.id == "deepseek-ai-deepep-104")
+    report = accuracy.analyze_case(case, accuracy.load_rules())
+    top = report.primary
+    assert top is not None and top.rule_id == "uncaught-exception"
+    assert top.resemblance is not None and top.resemblance.share <= 0.5
+    assert top.cls == case.cause == "env_misconfig"
+    assert case.source not in {r.source for r in top.resemblance.reports}
+
+
 def test_a_launchers_teardown_that_says_how_not_why_takes_the_class_it_resembles() -> None:
     # DeepSpeed#4571 as posted (a tune case): with ZeRO CPU offload the launcher reports its
     # only rank killed and prints nothing of why; the thread's commenters confirm host memory
