@@ -212,6 +212,10 @@ def test_a_real_report_whose_likeliest_class_holds_no_majority_is_still_named() 
     assert top.resemblance is not None and top.resemblance.share <= 0.5
     assert top.cls == case.cause == "env_misconfig"
     assert case.source not in {r.source for r in top.resemblance.reports}
+    # a plurality is stated as one, however good the fallback's record
+    right, of = top.resemblance.record or (0, 0)
+    assert 2 * right >= of > 0 and top.class_label == "possibly env_misconfig"
+    assert report.verdict.startswith("Uncaught exception (no rule names its cause) (possibly")
 
 
 def test_a_launchers_teardown_that_says_how_not_why_takes_the_class_it_resembles() -> None:

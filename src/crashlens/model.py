@@ -742,12 +742,13 @@ class Cause:
     @property
     def class_label(self) -> str:
         """The class as a report states it: ``likely <class>`` where only a resemblance to
-        known reports says it (:mod:`crashlens.resemble`), ``possibly <class>`` where such a
-        guess was right for fewer than half of the held-out reports its fallback answered."""
+        known reports says it (:mod:`crashlens.resemble`), ``possibly <class>`` where the class
+        holds no more than half the likelihood or such a guess was right for fewer than half
+        of the held-out reports its fallback answered."""
         r = self.resemblance
         if r is None or r.cls == self.match.rule.cls:
             return self.cls
-        if r.record is not None and 2 * r.record[0] < r.record[1]:
+        if r.share <= 0.5 or (r.record is not None and 2 * r.record[0] < r.record[1]):
             return f"possibly {self.cls}"
         return f"likely {self.cls}"
 
