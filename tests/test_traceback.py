@@ -324,9 +324,11 @@ def test_an_ipython_traceback_cut_after_its_frames_keeps_the_headers_type() -> N
     # still a cut (what was raised is not known enough to blame anyone's code), named
     assert exc.type == "IncompleteTraceback"
     assert "IPython's header names it OutOfMemoryError" in exc.message
+    assert exc.named == "OutOfMemoryError"  # what the resemble stage reads, not the message
     # cut inside the header itself: nothing is known yet (detectron2#2861)
     cut = assemble("ProcessRaisedException                    Traceback (most re").done[0]
     assert "header names it" not in cut.exceptions[-1].message
+    assert cut.exceptions[-1].named == ""
 
 
 def test_a_module_path_cut_where_the_exception_name_began_is_not_an_exception() -> None:

@@ -135,6 +135,9 @@ class ExceptionInfo:
     #: The log starts inside this exception's traceback (a paste that lost its header and
     #: outer frames): the frames where the process began, the user's script's, are not shown.
     head_lost: bool = False
+    #: For a log cut before this exception's line (:data:`CUT_TRACEBACK`): the class a header
+    #: above it named (IPython's ``---> ... ValueError``), the only part of it the log shows.
+    named: str = ""
 
     def __reduce__(self) -> _Call:
         return _constructor_call(self)

@@ -33,7 +33,6 @@ from pathlib import Path
 
 from crashlens.model import (
     CUT_COMPILE_MESSAGE,
-    CUT_IPYTHON_NAMED,
     CUT_TRACEBACK,
     Cause,
     KnownReport,
@@ -58,8 +57,8 @@ BACKGROUND = 0.1
 CITED = 3
 
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
-#: The class an IPython header named, in a cut traceback's stand-in message.
-_IPYTHON_NAMED = re.compile(re.escape(CUT_IPYTHON_NAMED) + r" (?P<type>[\w.]+)")
+#: A class's dotted name, without what follows it (Ray's ``RayTaskError(PermissionError)``).
+_DOTTED = re.compile(r"[\w.]+")
 
 
 def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> frozenset[str]:
@@ -76,9 +75,9 @@ def features(tracebacks: Sequence[Traceback], lines: Iterable[str] = ()) -> froz
             if exc.type == CUT_TRACEBACK:
                 # the log shows no exception line: its stand-in's words are crashlens's own,
                 # the same in every cut log (only a class IPython's header named is the log's)
-                named = _IPYTHON_NAMED.search(exc.message)
+                named = _DOTTED.match(exc.named)
                 if named:
-                    out.add("T:" + named["type"].rsplit(".", 1)[-1])
+                    out.add("T:" + named[0].rsplit(".", 1)[-1])
             else:
                 out.add("T:" + exc.type.rsplit(".", 1)[-1])
                 if exc.message != CUT_COMPILE_MESSAGE:  # crashlens's words, as above

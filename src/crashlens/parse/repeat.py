@@ -21,10 +21,10 @@ traceback it would have become: :attr:`Repeat.closed`): nothing is assembled or 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crashlens.model import ExceptionInfo
 from crashlens.parse.traceback import PartialTraceback, Printed, State, TracebackAssembler
 
 #: Longest traceback kept as a repeat: lines, bytes of one line, bytes in all (memory stays
@@ -178,10 +178,7 @@ def fast_forward(repeat: Repeat, assembler: TracebackAssembler, at: Sequence[int
     lead to; ``at`` holds the line numbers of the header and of those lines."""
     cur, t = assembler.current, repeat.tb
     assert cur is not None and cur.line_count == 1
-    cur.exceptions = [
-        ExceptionInfo(e.type, e.message, e.frames, at[e.lineno - 1], e.head_lost)
-        for e in t.exceptions
-    ]
+    cur.exceptions = [dataclasses.replace(e, lineno=at[e.lineno - 1]) for e in t.exceptions]
     cur.frames = list(t.frames)
     cur.text = list(t.text)
     cur.line_count = t.line_count

@@ -151,6 +151,8 @@ class PartialTraceback:
     exc_type: str | None = None
     exc_message: list[str] = field(default_factory=list)
     exc_line: int = 0
+    #: The class a header named for an exception line the log does not show (IPython's).
+    exc_named: str = ""
     noise: int = 0
     #: A line detector found something on one of its lines (the finding points at it).
     line_hits: bool = False
@@ -224,9 +226,12 @@ class PartialTraceback:
         # only the first exception of a chain lost its header; a chained one printed its own
         head_lost = self.headerless and not self.exceptions
         self.exceptions.append(
-            ExceptionInfo(self.exc_type, message, tuple(self.frames), self.exc_line, head_lost)
+            ExceptionInfo(
+                self.exc_type, message, tuple(self.frames), self.exc_line, head_lost, self.exc_named
+            )
         )
         self.exc_type = None
+        self.exc_named = ""
         self.exc_message = []
         if not self.twins:
             self.frames = []
@@ -496,6 +501,7 @@ class TracebackAssembler:
                 # IPython names the exception in its header: its class is known, not its
                 # message (a paste cut inside the header itself says nothing yet)
                 named = f"; {CUT_IPYTHON_NAMED} {self.ipython_type}"
+                tb.exc_named = self.ipython_type
             tb.exc_type = CUT_TRACEBACK
             tb.exc_message = [
                 f"the log ends inside a traceback, before its exception line{named}{shown}"
