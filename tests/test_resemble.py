@@ -109,7 +109,7 @@ def test_a_word_neither_class_has_seen_does_not_tip_one_against_the_other() -> N
 def test_a_likelihood_is_the_same_whatever_order_the_words_come_in() -> None:
     # a failure's words are a set, whose order changes with the interpreter's string hashing;
     # summed in order, 60 log-likelihoods differ in their last bits between two orders of
-    # these words, which can move a class across the threshold from one run to the next
+    # these words, which can make or break a tie, or a class's share, from one run to the next
     rng = random.Random(7)
     words = [f"w:t{i}" for i in range(60)]
     index = KnownReports(

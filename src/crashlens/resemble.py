@@ -213,8 +213,8 @@ class KnownReports:
             return {}
         total = len(self.entries)
         # math.fsum: correctly rounded whatever order the words come in (a set's order varies
-        # with the interpreter's string hashing), so a class near the threshold is the same
-        # class on every run
+        # with the interpreter's string hashing), so the likeliest class, and whether two tie,
+        # is the same on every run
         return {
             c: math.log(n / total)
             + math.fsum(
