@@ -345,3 +345,30 @@ def test_a_frame_cut_before_its_source_line_is_no_compile_error(tmp_path: Path) 
     report = analyze([log])
     assert report.tracebacks[-1].final.type != "SyntaxError"
     assert report.primary is not None and report.primary.rule_id == "traceback-cut-off"
+
+
+def test_a_progress_bar_named_step_at_a_percentage_is_no_later_step(tmp_path: Path) -> None:
+    # Nerogar/OneTrainer#835 as posted: a bare "MemoryError", the trainer's own message, then
+    # the "step: 100%|...| 25/25 [...]" bar tqdm redraws as the process exits, and a save
+    # traceback the paste cuts. 100 is a percentage, not a training step the writer went on to.
+    report = _posted(tmp_path, "nerogar-onetrainer-835")
+    assert report.primary is not None
+    assert (report.primary.rule_id, report.primary.match.rule.cls) == (
+        "cpu-allocator-oom",
+        "host_oom",
+    )
+    # a training step logged after a traceback still says the writer went on; a bar at a
+    # percentage does not
+    tb = (
+        "2024-05-01 03:14:00 INFO step 1 loss 1.0\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "    save()\n"
+        "MemoryError\n"
+    )
+    log = tmp_path / "steps.log"
+    log.write_text(tb + "2024-05-01 03:14:01 INFO step 2 loss 0.9\n")
+    assert analyze([log]).primary is None
+    log.write_text(tb + "step:  50%|#####     | 1/2 [00:01<00:01,  1.00it/s]\n")
+    report = analyze([log])
+    assert report.primary is not None and report.primary.rule_id == "cpu-allocator-oom"

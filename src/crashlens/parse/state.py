@@ -45,7 +45,9 @@ RETRY_ANNOUNCED = lazyre.compile_regex(
 UNRAISABLE = lazyre.compile_regex(
     r"\s{0,4}(?:Exception ignored (?:in|on|while)\b|Error in atexit\._run_exitfuncs:)"
 )
-STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b")
+#: A training step a line logs (``step 120``, ``Step: 3``, ``step=40``); not a
+#: percentage (tqdm's ``step: 100%|...``, a bar that redraws, and is closed, as a process exits).
+STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b(?!\s?%)")
 #: Exceptions a launcher raises to report that a child process failed.
 LAUNCHER_EXCEPTIONS = (
     "ChildFailedError",
