@@ -304,8 +304,14 @@ def test_a_guess_right_less_often_than_not_is_stated_as_possible() -> None:
     cut = ROOT / "rules" / "process" / "traceback-cut-off" / "positive.log"
     words = frozenset({"p:cut", "fn:inner", "c:depth"})
     entries = [_report("cuda_oom", 1, *words), _report("cuda_oom", 2, *words)]
-    for record, label in (((1, 3), "possibly cuda_oom"), ((2, 3), "likely cuda_oom")):
-        index = KnownReports(entries, {"traceback-cut-off": record})
+    # (and a guess no held-out report measured is only possible too)
+    for record, label in (
+        ((1, 3), "possibly cuda_oom"),
+        ((2, 3), "likely cuda_oom"),
+        (None, "possibly cuda_oom"),
+    ):
+        records = {} if record is None else {"traceback-cut-off": record}
+        index = KnownReports(entries, records)
         top = analyze([cut], known_reports=index, parallel=False).primary
         assert top is not None and top.rule_id == "traceback-cut-off"
         assert top.resemblance is not None and top.class_label == label

@@ -746,12 +746,13 @@ class Cause:
     def class_label(self) -> str:
         """The class as a report states it: ``likely <class>`` where only a resemblance to
         known reports says it (:mod:`crashlens.resemble`), ``possibly <class>`` where the class
-        holds no more than half the likelihood or such a guess was right for fewer than half
-        of the held-out reports its fallback answered."""
+        holds no more than half the likelihood, or such a guess was right for fewer than half
+        of the held-out reports its fallback answered, or no held-out report measured it (a
+        fallback that answered none)."""
         r = self.resemblance
         if r is None or r.cls == self.match.rule.cls:
             return self.cls
-        if r.share <= 0.5 or (r.record is not None and 2 * r.record[0] < r.record[1]):
+        if r.share <= 0.5 or r.record is None or 2 * r.record[0] < r.record[1]:
             return f"possibly {self.cls}"
         return f"likely {self.cls}"
 
