@@ -148,3 +148,19 @@ def test_a_rule_reading_a_cut_folds_into_the_finding_printed_before_the_cut() ->
     assert [c.rule_id for c in report.causes] == ["corrupt-json-sample"]
     assert report.primary is not None
     assert "json-parse-cut-off" in {e.rule_id for e in report.primary.explains}
+
+
+def test_a_launcher_teardown_is_not_the_first_failure_when_the_cause_names_its_rank() -> None:
+    # OptimalScale/LMFlow#855 as posted (validation case optimalscale-lmflow-855, marked seen):
+    # the paste starts inside rank 1's traceback ("[rank1]: RuntimeError: CUDA error: invalid
+    # device ordinal", no timestamp), then DeepSpeed's launcher kills the workers at a
+    # timestamp. The teardown is what the cause brought about; its line names no rank, the
+    # cause's does, so rank 1 failed first.
+    from conftest import ROOT
+    from crashlens import analyze
+
+    report = analyze([ROOT / "corpus/validation/optimalscale-lmflow-855"])
+    assert report.primary is not None and report.primary.rule_id == "invalid-device-ordinal"
+    first = report.first_failure
+    assert first is not None and first.rank == 1
+    assert "invalid device ordinal" in first.text

@@ -104,8 +104,16 @@ def _consistent(first: FirstFailure, primary: Cause) -> FirstFailure:
     one rank's failure and another rank's cause. The first failure is then the primary cause's
     own earliest ending.
     """
-    related = {primary.rule_id, *(e.rule_id for e in primary.explains)}
-    if first.rule_id in related:
+    if first.rule_id == primary.rule_id:
+        return first
+    if first.rule_id in {e.rule_id for e in primary.explains}:
+        # a downstream finding the primary cause explains; where its line names no rank (a
+        # launcher tearing the job down) and the primary cause's own ending does, that ending
+        # says which rank failed
+        if first.rank is None:
+            own = _own_ending(first, primary)
+            if own.rank is not None:
+                return own
         return first
     return _own_ending(first, primary)
 
