@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from crashlens.remediation import fill
 
 
@@ -164,3 +166,23 @@ def test_a_launcher_teardown_is_not_the_first_failure_when_the_cause_names_its_r
     first = report.first_failure
     assert first is not None and first.rank == 1
     assert "invalid device ordinal" in first.text
+
+
+def test_the_last_words_fallback_never_outranks_what_a_rule_names(tmp_path: Path) -> None:
+    # huggingface/lerobot#923 as posted (corpus case tune/huggingface-lerobot-923): pip's build
+    # failure, then apptainer's "FATAL:" as the job's last line. The rule that names the build
+    # failure is the diagnosis; the last line's generic reading stays a lesser finding.
+    from conftest import ROOT
+    from crashlens import analyze
+
+    report = analyze([ROOT / "corpus/tune/huggingface-lerobot-923"])
+    ids = [c.rule_id for c in report.causes]
+    assert ids[0] == "pip-build-failed"
+    assert "error-last-words" in ids[1:]
+    # the same last line alone: nothing else names it, and the job is not "No failure found"
+    last = (ROOT / "corpus/tune/huggingface-lerobot-923/console.log").read_text().splitlines()[-1]
+    log = tmp_path / "console.log"
+    log.write_text(last + "\n")
+    alone = analyze([log])
+    assert alone.primary is not None and alone.primary.rule_id == "error-last-words"
+    assert alone.primary.kind == "symptom"

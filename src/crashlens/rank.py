@@ -102,7 +102,9 @@ def _consistent(first: FirstFailure, primary: Cause) -> FirstFailure:
     The earliest crash may be a finding the primary cause neither is nor explains (an error
     another rank survived for seconds, a cause that ranked lower): then the report would name
     one rank's failure and another rank's cause. The first failure is then the primary cause's
-    own earliest ending.
+    own earliest ending. It may also be a finding the primary cause explains whose line names
+    no rank (a launcher tearing the job down, stamped, after an untimed traceback): then the
+    primary cause's own ending, where it names the rank.
     """
     if first.rule_id == primary.rule_id:
         return first
