@@ -702,6 +702,11 @@ class KnownReport:
         return _constructor_call(self)
 
 
+#: Held-out reports a fallback's guesses must have been measured on before one is stated as
+#: ``likely`` (:attr:`Cause.class_label`).
+MEASURED = 5
+
+
 @dataclass(frozen=True, slots=True)
 class Resemblance:
     """What a cause no rule names resembles among known reports (:mod:`crashlens.resemble`)."""
@@ -747,12 +752,13 @@ class Cause:
         """The class as a report states it: ``likely <class>`` where only a resemblance to
         known reports says it (:mod:`crashlens.resemble`), ``possibly <class>`` where the class
         holds no more than half the likelihood, or such a guess was right for fewer than half
-        of the held-out reports its fallback answered, or no held-out report measured it (a
-        fallback that answered none)."""
+        of the held-out reports its fallback answered, or fewer than :data:`MEASURED` held-out
+        reports measured it (2 right of 3 says little)."""
         r = self.resemblance
         if r is None or r.cls == self.match.rule.cls:
             return self.cls
-        if r.share <= 0.5 or r.record is None or 2 * r.record[0] < r.record[1]:
+        right, of = r.record or (0, 0)
+        if r.share <= 0.5 or of < MEASURED or 2 * right < of:
             return f"possibly {self.cls}"
         return f"likely {self.cls}"
 
