@@ -99,6 +99,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     import slurm_cluster
 
     root = Path(tempfile.mkdtemp(prefix="crashlens-slurm-"))
+    SLURM["root"] = root  # removed at the session's end, cluster or not
     try:
         cluster = slurm_cluster.start(root / "cluster")
     except slurm_cluster.Unavailable as exc:
@@ -113,6 +114,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import shutil
+
     cluster = SLURM.get("cluster")
     if cluster is not None:
         cluster.stop()  # type: ignore[attr-defined]
+    root = SLURM.get("root")
+    if isinstance(root, Path):
+        shutil.rmtree(root, ignore_errors=True)
