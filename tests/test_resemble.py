@@ -202,20 +202,24 @@ def test_a_real_report_no_rule_names_takes_the_class_of_the_threads_it_resembles
 
 
 def test_a_real_report_whose_likeliest_class_holds_no_majority_is_still_named() -> None:
-    # DeepEP#104 as posted (a tune case): two lines, an uncaught RuntimeError from a C++
-    # assertion on the job's topology; the maintainer said the setup was not supported. No class
-    # holds more than half the likelihood, and the likeliest is the thread's.
-    case = next(c for c in accuracy.load_cases() if c.id == "deepseek-ai-deepep-104")
-    report = accuracy.analyze_case(case, accuracy.load_rules())
-    top = report.primary
-    assert top is not None and top.rule_id == "uncaught-exception"
-    assert top.resemblance is not None and top.resemblance.share <= 0.5
-    assert top.cls == case.cause == "env_misconfig"
-    assert case.source not in {r.source for r in top.resemblance.reports}
-    # a plurality is stated as one, however good the fallback's record
-    right, of = top.resemblance.record or (0, 0)
-    assert 2 * right >= of > 0 and top.class_label == "possibly env_misconfig"
-    assert report.verdict.startswith("Uncaught exception (no rule names its cause) (possibly")
+    # Every tune report the bundled index answers without a majority (which ones depends on the
+    # index, rebuilt as the corpus grows; there are always some): its likeliest class is named,
+    # as a plurality ("possibly"), however good its fallback's record
+    rules = accuracy.load_rules()
+    pluralities = 0
+    for case in accuracy.load_cases():
+        if case.part != "tune":
+            continue
+        report = accuracy.analyze_case(case, rules)
+        top = report.primary
+        if top is None or top.resemblance is None or top.resemblance.share > 0.5:
+            continue
+        pluralities += 1
+        assert case.source not in {r.source for r in top.resemblance.reports}
+        assert top.cls == top.resemblance.cls != top.match.rule.cls
+        assert top.class_label == f"possibly {top.cls}"
+        assert f"(possibly {top.cls})" in report.verdict
+    assert pluralities >= 1
 
 
 def test_a_launchers_teardown_that_says_how_not_why_takes_the_class_it_resembles() -> None:
