@@ -305,6 +305,81 @@ def test_a_finalizer_that_fails_at_exit_is_no_ending(tmp_path: Path) -> None:
     assert "in _exitfunc" not in own.read_text() and analyze([own]).failed
 
 
+_THREAD = """\
+import concurrent.futures
+import threading
+
+batch = concurrent.futures.Future()
+
+
+def prefetch() -> None:
+    batch.result()  # {error}
+
+
+worker = threading.Thread(target=prefetch, name="prefetch")
+worker.start()
+for step in range(3):
+    print(f"step {{step}} loss {{1.0 / (step + 1):.4f}}", flush=True)
+{stop}
+worker.join()
+print("training finished", flush=True)
+"""
+
+# DeepLabCut/DeepLabCut#955 as posted (the maintainer: "This is fine; it just indicates that
+# training got interrupted (either by you, or because the code reached `max_iter`)"), cut where
+# the thread's excerpt was cut, inside the chain's second traceback
+_DLC_955 = """\
+[2020-10-12 07:00:47.368139: W tensorflow/core/kernels/queue_base.cc:277] _0_fifo_queue: Skipping cancelled enqueue attempt with queue not closed
+Exception in thread Thread-66:
+Traceback (most recent call last):
+  File "C:\\ProgramData\\Anaconda3\\envs\\DLC-GPU\\lib\\site-packages\\tensorflow\\python\\client\\session.py", line 1334, in _do_call
+    return fn(*args)
+  File "C:\\ProgramData\\Anaconda3\\envs\\DLC-GPU\\lib\\site-packages\\tensorflow\\python\\client\\session.py", line 1319, in _run_fn
+    options, feed_dict, fetch_list, target_list, run_metadata)
+  File "C:\\ProgramData\\Anaconda3\\envs\\DLC-GPU\\lib\\site-packages\\tensorflow\\python\\client\\session.py", line 1407, in _call_tf_sessionrun
+    run_metadata)
+tensorflow.python.framework.errors_impl.CancelledError: Enqueue operation was cancelled
+         [[{{node fifo_queue_enqueue}}]]
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+"""
+
+
+def test_a_thread_stopped_by_a_cancellation_is_no_ending(tmp_path: Path) -> None:
+    # Real runs: a prefetch thread waits on a future; the loop ends and cancels it, so the
+    # thread dies of CancelledError, threading prints "Exception in thread prefetch:" and its
+    # traceback, and the program finishes with status 0
+    import subprocess
+    import sys
+
+    def run(error: str, stop: str) -> tuple[int, str]:
+        script = tmp_path / "train.py"
+        script.write_text(_THREAD.format(error=error, stop=stop))
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+        log = tmp_path / f"{error}.log"
+        log.write_text(done.stdout + done.stderr)  # the thread's report comes last
+        return done.returncode, str(log)
+
+    code, cancelled = run("cancelled at the end", "batch.cancel()")
+    text = Path(cancelled).read_text()
+    assert code == 0 and "Exception in thread prefetch" in text and "CancelledError" in text
+    assert not analyze([cancelled]).failed
+    # a thread that dies of a real error is still where the process stopped
+    code, failed = run("a real error", 'batch.set_exception(OSError(24, "Too many open files"))')
+    assert code == 0 and "OSError: [Errno 24] Too many open files" in Path(failed).read_text()
+    assert analyze([failed]).failed
+    # the same cancellation without threading's line before it ends the process
+    bare = tmp_path / "bare.log"
+    bare.write_text(text.replace("Exception in thread prefetch:\n", ""))
+    assert analyze([bare]).failed
+    # TensorFlow's queue runner at the end of training, as users post it: no failure
+    dlc = tmp_path / "dlc.log"
+    dlc.write_text(_DLC_955)
+    assert not analyze([dlc]).failed
+
+
 @pytest.mark.parametrize("version", ["3.9", "3.11"])
 def test_clean_ups_the_interpreter_runs_at_exit_are_no_ending(version: str) -> None:
     # Real runs (fixtures/exit_time): an atexit callback and a weakref finalizer fail after

@@ -45,6 +45,9 @@ RETRY_ANNOUNCED = lazyre.compile_regex(
 UNRAISABLE = lazyre.compile_regex(
     r"\s{0,4}(?:Exception ignored (?:in|on|while)\b|Error in atexit\._run_exitfuncs:)"
 )
+#: threading's report of an exception that ended a thread other than the main one
+#: (Lib/threading.py excepthook: "Exception in thread <name>:", 3.10+ "... <name> (<target>):").
+THREAD_EXCEPTION = lazyre.compile_regex(r"\s{0,4}Exception in thread [^\n]{1,200}:\s*$")
 #: A training step a line logs (``step 120``, ``Step: 3``, ``step=40``); not a
 #: percentage (tqdm's ``step: 100%|...``, a bar that redraws, and is closed, as a process exits).
 STEP = lazyre.compile_regex(r"(?i)\bstep[ =:]+(?P<n>\d+)\b(?!\s?%)")
@@ -229,6 +232,19 @@ def _at_exit(tb: PartialTraceback) -> bool:
     )
 
 
+def _thread_cancelled(tb: PartialTraceback) -> bool:
+    """Whether ``tb`` is a thread other than the main one stopped by a cancellation: threading
+    printed it ("Exception in thread <name>:") and every exception it shows is a
+    ``...CancelledError`` (TensorFlow's queue runners when the session closes, asyncio's and
+    concurrent.futures' tasks when their loop or pool shuts down). The thread was told to stop,
+    so the process did not die of it; a thread's other exceptions are judged as any other. A
+    log cut inside the chain is judged on what it shows."""
+    if THREAD_EXCEPTION.match(tb.prelude) is None:
+        return False
+    shown = [e.type for e in tb.exceptions if e.type != CUT_TRACEBACK]
+    return bool(shown) and all(t.rsplit(".", 1)[-1] == "CancelledError" for t in shown)
+
+
 @dataclass(slots=True)
 class DoneTraceback:
     """A completed traceback and what its stream printed after it (to tell handled from fatal)."""
@@ -255,7 +271,11 @@ class DoneTraceback:
     def __post_init__(self) -> None:
         self.printed = self.tb.printed()
         self.retried = RETRY_ANNOUNCED.search(self.tb.prelude) is not None
-        self.ignored = UNRAISABLE.match(self.tb.prelude) is not None or _at_exit(self.tb)
+        self.ignored = (
+            UNRAISABLE.match(self.tb.prelude) is not None
+            or _at_exit(self.tb)
+            or _thread_cancelled(self.tb)
+        )
 
     def handled(self, stream_lines: int) -> bool:
         """Whether the writer went on working after printing it (so it did not die of it): it
