@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from crashlens.ingest.gutter import numbered, ungutter
 from crashlens.ingest.prefixes import PrefixStyle, key_pattern, sniff_style
 from crashlens.ingest.read import Readable, iter_lines
 from crashlens.ingest.unwrap import cut_width, unwrap, wrap_width
@@ -83,6 +84,10 @@ def parse_binary(
     """
     head = stream.read(HEAD_BYTES) if encoding == "utf-8" else b""
     sample = _head_lines(head)
+    if indexed is None and numbered(sample):
+        # a paste that kept a viewer's line numbers: read without them
+        lines = ungutter(iter_lines(stream, encoding, head=head))
+        return parse_lines(source, lines, rules, matcher, year=year, tb_ids=tb_ids, ceiling=ceiling)
     # a paste a terminal hard-wrapped is read line by line, its wrapped lines joined again
     width = wrap_width(sample) if indexed is None else None
     if width is None and indexed is None and len(head) < HEAD_BYTES and sample:
