@@ -50,6 +50,9 @@ class FixtureResult:
     expected: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     ok: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     actual: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    #: Every ``(rule id, detector)`` that matched something in it, whether or not its rule
+    #: then matched (a ``not:`` detector's hit keeps its rule quiet): what the fixture tests.
+    fired: set[tuple[str, str]] = field(default_factory=set)
 
     def problems(self) -> list[str]:
         """Human-readable failures, empty when the fixture passes."""
@@ -133,6 +136,7 @@ def run_fixture(path: Path, rules: RuleSet) -> FixtureResult:
         lines.append((lineno, text))
     session = Session(rules, runner=SequentialRunner())
     timeline = session.timeline([session.parse_lines(_source(path, header), lines, year=2024)])
+    result.fired.update((h.rule_id, h.detector) for h in timeline.hits)
     for m in session.match(timeline.hits, timeline.facts):
         for hit in m.hits:
             result.actual[m.rule.id].add(hit.evidence.line)
@@ -154,6 +158,7 @@ def _run_tree(path: Path, rules: RuleSet) -> FixtureResult:
     session = Session(rules, runner=SequentialRunner()).read_paths([path])
     timeline = session.timeline()
     hits, _ = session.hits(timeline)
+    result.fired.update((h.rule_id, h.detector) for h in hits)
     for m in session.match(hits, timeline.facts):
         result.actual[m.rule.id].add(0)
     return result
