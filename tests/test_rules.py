@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from crashlens.rulebase import default_rules_dir, load_rules
-from crashlens.ruletest import fixture_files, run_fixture
+from crashlens.ruletest import FixtureResult, fixture_files, run_fixture
 
 RULES_DIR = default_rules_dir()
 RULES = load_rules()
 FILES = fixture_files(RULES_DIR)
 
 
+@functools.cache
+def _run(path: Path) -> FixtureResult:
+    """Each fixture analysed once for all the tests below that read it."""
+    return run_fixture(path, RULES)
+
+
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(RULES_DIR)) for p in FILES])
 def test_rule_fixture(path: Path) -> None:
-    result = run_fixture(path, RULES)
+    result = _run(path)
     assert result.expected or result.ok, "fixture has no #! ruleid / #! ok markers"
     assert result.problems() == []
 
@@ -25,7 +32,7 @@ def test_every_rule_has_a_positive_and_a_near_miss_fixture() -> None:
     positives: set[str] = set()
     near_misses: set[str] = set()
     for path in FILES:
-        result = run_fixture(path, RULES)
+        result = _run(path)
         positives |= set(result.expected)
         near_misses |= set(result.ok)
     missing = [
@@ -53,7 +60,7 @@ def test_every_detector_is_exercised_by_a_fixture() -> None:
     # detector's hit counts: keeping its rule quiet is what it is for)
     fired: set[tuple[str, str]] = set()
     for path in FILES:
-        fired |= run_fixture(path, RULES).fired
+        fired |= _run(path).fired
     detectors = {(rule.id, d.name) for rule in RULES.rules for d in rule.detectors}
     assert sorted(detectors - fired - UNEXERCISED) == []
     # one that a fixture now exercises comes off the list
