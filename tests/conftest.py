@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -52,6 +53,16 @@ def parse_file(path: Path, year: int) -> FileResult:
     session = Session(load_rules(), runner=SequentialRunner())
     lines = enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
     return session.parse_lines(Source(str(path)), lines, year=year)
+
+
+def run_python(
+    directory: Path, source: str, name: str = "train"
+) -> subprocess.CompletedProcess[str]:
+    """A real run: ``source`` written as ``<name>.py`` in ``directory`` and run with this
+    interpreter, its output captured as text."""
+    script = directory / f"{name}.py"
+    script.write_text(source, encoding="utf-8")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, run_python
 from crashlens import analyze
 from crashlens.model import user_frame
 from crashlens.report import Report
@@ -242,12 +242,7 @@ def test_an_exception_the_interpreter_ignored_is_no_ending(tmp_path: Path) -> No
     # A real run: __del__ raises, CPython prints "Exception ignored in: <function ...>" and its
     # traceback, and the program goes on and exits 0 (jaywalnut310/vits#163: the same for a
     # DataLoader's workers, the log cut inside that traceback).
-    import subprocess
-    import sys
-
-    script = tmp_path / "train.py"
-    script.write_text(_UNRAISABLE)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    run = run_python(tmp_path, _UNRAISABLE)
     assert run.returncode == 0 and run.stderr.startswith("Exception ignored in: <function")
     log = tmp_path / "train.log"
     log.write_text(run.stderr)
@@ -286,12 +281,7 @@ def test_a_finalizer_that_fails_at_exit_is_no_ending(tmp_path: Path) -> None:
     # A real run: a weakref finalizer (tempfile's cleanup is one) raises at interpreter exit;
     # CPython prints its traceback with no line before it, from weakref's _exitfunc, and the
     # exit status stays 0 (modelscope/ms-swift#3618: the same after a finished training run).
-    import subprocess
-    import sys
-
-    script = tmp_path / "train.py"
-    script.write_text(_EXIT_CLEANUP)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    run = run_python(tmp_path, _EXIT_CLEANUP)
     assert run.returncode == 0 and "in _exitfunc" in run.stderr
     log = tmp_path / "train.log"
     log.write_text(run.stdout + run.stderr)
@@ -351,13 +341,8 @@ def test_a_thread_stopped_by_a_cancellation_is_no_ending(tmp_path: Path) -> None
     # Real runs: a prefetch thread waits on a future; the loop ends and cancels it, so the
     # thread dies of CancelledError, threading prints "Exception in thread prefetch:" and its
     # traceback, and the program finishes with status 0
-    import subprocess
-    import sys
-
     def run(error: str, stop: str) -> tuple[int, str]:
-        script = tmp_path / "train.py"
-        script.write_text(_THREAD.format(error=error, stop=stop))
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+        done = run_python(tmp_path, _THREAD.format(error=error, stop=stop))
         log = tmp_path / f"{error}.log"
         log.write_text(done.stdout + done.stderr)  # the thread's report comes last
         return done.returncode, str(log)

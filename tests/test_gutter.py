@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from conftest import run_python
 from crashlens import analyze
 from crashlens.ingest.gutter import numbered, ungutter
 
@@ -39,9 +39,7 @@ def test_a_numbered_paste_is_told_and_its_numbers_taken_off() -> None:
 def test_cat_n_of_a_real_run_reads_as_the_run(tmp_path: Path) -> None:
     # A real run's output, numbered by cat -n (right-aligned numbers and a tab): the same
     # diagnosis as the output itself
-    script = tmp_path / "train.py"
-    script.write_text(_SCRIPT)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    run = run_python(tmp_path, _SCRIPT)
     assert run.returncode == 1 and "FileNotFoundError" in run.stderr
     log = tmp_path / "train.log"
     log.write_text(run.stdout + run.stderr)
